@@ -23,7 +23,13 @@ use crate::store::{CatalogStore, IdempotencyRecord, PointerSwap, StoredResponse,
 use crate::warehouse::{Warehouse, namespace_location};
 
 /// How many times a commit is attempted when another writer wins the swap.
-const COMMIT_ATTEMPTS: usize = 4;
+const COMMIT_ATTEMPTS: u32 = 8;
+
+/// Upper bound of the random pause before retry `attempt`, so racing writers spread out.
+fn retry_pause(attempt: u32) -> std::time::Duration {
+    let ceiling_ms = 5 * u64::from(attempt.min(6));
+    std::time::Duration::from_millis(rand::random_range(0..=ceiling_ms))
+}
 
 /// The requested changes to one table.
 #[derive(Debug, Clone)]
@@ -326,6 +332,7 @@ impl Catalog {
                         )));
                     }
                     tracing::debug!(%table, attempt, "lost the pointer swap, retrying");
+                    tokio::time::sleep(retry_pause(attempt)).await;
                 }
                 Err(error) => {
                     // A definite failure changed nothing; an unknown outcome may have moved the
