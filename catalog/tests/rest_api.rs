@@ -170,7 +170,7 @@ async fn tables_load_rename_register_and_purge() {
         assert_eq!(h.send(reqwest::Method::DELETE, "namespaces/db/tables/t1?purgeRequested=true", None).await.0, 204);
         assert_eq!(h.send(reqwest::Method::DELETE, "namespaces/db/tables/t2", None).await.0, 204);
         assert_eq!(h.get("namespaces/db/tables/t1").await.0, 404);
-        let io = floe_catalog::warehouse::Warehouse::open(&h.config.warehouse, &h.config.s3).unwrap();
+        let io = h.warehouse_io();
         let t1_metadata = t1["metadata-location"].as_str().unwrap();
         let t2_metadata = t2["metadata-location"].as_str().unwrap();
         assert!(t1_metadata.starts_with(&t1_location) && t2_metadata.starts_with(&t2_location));

@@ -167,6 +167,11 @@ impl Harness {
         (status == 200).then(|| body["metadata-location"].as_str().unwrap().to_string())
     }
 
+    /// The warehouse, opened with the catalog's own settings, to look at files directly.
+    pub fn warehouse_io(&self) -> floe_catalog::warehouse::Warehouse {
+        floe_catalog::warehouse::Warehouse::open(&self.config.warehouse, &self.config.s3).unwrap()
+    }
+
     /// Every file under the local warehouse, sorted (empty for S3 warehouses).
     pub fn warehouse_files(&self) -> Vec<PathBuf> {
         let Some(dir) = &self.backend.local_dir else {
