@@ -594,9 +594,11 @@ async fn drop_table(
     Query(query): Query<HashMap<String, String>>,
 ) -> ApiResult<StatusCode> {
     let table = table_of(&state, &prefix, &namespace, &table)?;
-    let purge = match query.get("purgeRequested").map(String::as_str) {
-        None | Some("false") => false,
-        Some("true") => true,
+    // PyIceberg sends Python's `True` / `False`.
+    let purge = match query.get("purgeRequested").map(|v| v.to_ascii_lowercase()) {
+        None => false,
+        Some(v) if v == "false" => false,
+        Some(v) if v == "true" => true,
         Some(other) => {
             return Err(ApiError::bad_request(format!(
                 "purgeRequested={other:?} is not true or false"
