@@ -22,8 +22,8 @@ use iceberg::{TableIdent, TableRequirement, TableUpdate};
 use iceberg_catalog_rest::{
     CommitTableRequest, CreateTableRequest, RegisterTableRequest, RenameTableRequest,
 };
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -77,10 +77,15 @@ pub struct AppState {
 /// Builds the router.
 pub fn router(state: AppState) -> Router {
     let catalog_routes = Router::new()
-        .route("/v1/{prefix}/namespaces", get(list_namespaces).post(create_namespace))
+        .route(
+            "/v1/{prefix}/namespaces",
+            get(list_namespaces).post(create_namespace),
+        )
         .route(
             "/v1/{prefix}/namespaces/{namespace}",
-            get(load_namespace).head(head_namespace).delete(drop_namespace),
+            get(load_namespace)
+                .head(head_namespace)
+                .delete(drop_namespace),
         )
         .route(
             "/v1/{prefix}/namespaces/{namespace}/properties",
@@ -101,7 +106,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
             post(report_metrics),
         )
-        .route("/v1/{prefix}/namespaces/{namespace}/register", post(register_table))
+        .route(
+            "/v1/{prefix}/namespaces/{namespace}/register",
+            post(register_table),
+        )
         .route("/v1/{prefix}/tables/rename", post(rename_table))
         .route("/v1/{prefix}/transactions/commit", post(commit_transaction))
         .route("/v1/config", get(config))
@@ -113,7 +121,10 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
@@ -142,7 +153,10 @@ fn check_prefix(state: &AppState, prefix: &str) -> ApiResult<()> {
     } else {
         Err(ApiError::new(
             ErrorType::NotFound,
-            format!("this server has no warehouse {prefix:?}; it serves {:?}", state.prefix),
+            format!(
+                "this server has no warehouse {prefix:?}; it serves {:?}",
+                state.prefix
+            ),
         ))
     }
 }
@@ -200,12 +214,9 @@ fn paginate<T>(
 ) -> ApiResult<(Vec<T>, Option<Option<String>>)> {
     let token = query.get("pageToken");
     let size = match query.get("pageSize") {
-        Some(s) => Some(
-            s.parse::<usize>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| ApiError::bad_request(format!("pageSize {s:?} is not a positive number")))?,
-        ),
+        Some(s) => Some(s.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            ApiError::bad_request(format!("pageSize {s:?} is not a positive number"))
+        })?),
         None => None,
     };
     if token.is_none() && size.is_none() {
@@ -254,13 +265,13 @@ async fn list_namespaces(
         None => None,
     };
     let all = state.catalog.store().list_namespaces().await?;
-    if let Some(parent) = &parent {
-        if !all.contains(parent) {
-            return Err(ApiError::new(
-                ErrorType::NoSuchNamespace,
-                format!("namespace {parent} does not exist"),
-            ));
-        }
+    if let Some(parent) = &parent
+        && !all.contains(parent)
+    {
+        return Err(ApiError::new(
+            ErrorType::NoSuchNamespace,
+            format!("namespace {parent} does not exist"),
+        ));
     }
     let children: Vec<Namespace> = all
         .into_iter()
@@ -268,7 +279,10 @@ async fn list_namespaces(
         .collect();
     let (page, next) = paginate(children, |ns| ns.stored(), &query)?;
     let namespaces: Vec<&[String]> = page.iter().map(Namespace::parts).collect();
-    Ok(Json(with_page_token(json!({ "namespaces": namespaces }), next)))
+    Ok(Json(with_page_token(
+        json!({ "namespaces": namespaces }),
+        next,
+    )))
 }
 
 #[derive(Deserialize)]
@@ -376,7 +390,9 @@ async fn update_namespace_properties(
     let (removed, missing): (Vec<&String>, Vec<&String>) =
         body.removals.iter().partition(|k| before.contains_key(*k));
     let updated: Vec<&String> = body.updates.keys().collect();
-    Ok(Json(json!({ "updated": updated, "removed": removed, "missing": missing })))
+    Ok(Json(
+        json!({ "updated": updated, "removed": removed, "missing": missing }),
+    ))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -394,7 +410,10 @@ async fn list_tables(
         .iter()
         .map(|name| json!({ "namespace": namespace.parts(), "name": name }))
         .collect();
-    Ok(Json(with_page_token(json!({ "identifiers": identifiers }), next)))
+    Ok(Json(with_page_token(
+        json!({ "identifiers": identifiers }),
+        next,
+    )))
 }
 
 fn etag(metadata_location: &str, mode: &str) -> String {
@@ -429,10 +448,18 @@ async fn create_table(
 fn keep_ref_snapshots(metadata: &mut Value) {
     let referenced: HashSet<i64> = metadata["refs"]
         .as_object()
-        .map(|refs| refs.values().filter_map(|r| r["snapshot-id"].as_i64()).collect())
+        .map(|refs| {
+            refs.values()
+                .filter_map(|r| r["snapshot-id"].as_i64())
+                .collect()
+        })
         .unwrap_or_default();
     if let Some(snapshots) = metadata["snapshots"].as_array_mut() {
-        snapshots.retain(|s| s["snapshot-id"].as_i64().is_some_and(|id| referenced.contains(&id)));
+        snapshots.retain(|s| {
+            s["snapshot-id"]
+                .as_i64()
+                .is_some_and(|id| referenced.contains(&id))
+        });
     }
 }
 
@@ -465,7 +492,11 @@ async fn load_table(
         }
         return Ok(response);
     }
-    let result = load_result(Some(location), (*metadata).clone(), state.catalog.warehouse());
+    let result = load_result(
+        Some(location),
+        (*metadata).clone(),
+        state.catalog.warehouse(),
+    );
     let mut body = serde_json::to_value(&result)
         .map_err(|e| ApiError::internal(format!("could not encode table metadata: {e}")))?;
     if mode == "refs" {
@@ -531,10 +562,10 @@ async fn commit_table(
 ) -> ApiResult<Response> {
     let table = table_of(&state, &prefix, &namespace, &table)?;
     if let Some(ident) = &body.identifier {
-        if TableName::from_ident(ident)? != table {
+        let named = TableName::from_ident(ident)?;
+        if named != table {
             return Err(ApiError::bad_request(format!(
-                "the body names table {}, the path {table}",
-                TableName::from_ident(ident)?
+                "the body names table {named}, the path {table}"
             )));
         }
     }
@@ -546,7 +577,11 @@ async fn commit_table(
     let context = idempotency.map(|e| e.0);
     let (_, status, body) = state
         .catalog
-        .commit(std::slice::from_ref(&change), context.as_ref(), commit_response)
+        .commit(
+            std::slice::from_ref(&change),
+            context.as_ref(),
+            commit_response,
+        )
         .await?;
     Ok(stored_response(status, body, context.is_some()))
 }
@@ -566,7 +601,9 @@ async fn commit_transaction(
 ) -> ApiResult<Response> {
     check_prefix(&state, &prefix)?;
     if body.table_changes.is_empty() {
-        return Err(ApiError::bad_request("a transaction needs at least one table change"));
+        return Err(ApiError::bad_request(
+            "a transaction needs at least one table change",
+        ));
     }
     let mut changes = Vec::with_capacity(body.table_changes.len());
     for change in body.table_changes {
@@ -676,7 +713,11 @@ async fn issue_token(State(state): State<AppState>, headers: HeaderMap, body: By
         );
     }
     let Ok(mut request) = serde_urlencoded::from_bytes::<TokenRequest>(&body) else {
-        return oauth_error(StatusCode::BAD_REQUEST, "invalid_request", "expected a form body");
+        return oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "expected a form body",
+        );
     };
     if request.grant_type.as_deref() != Some("client_credentials") {
         return oauth_error(
@@ -691,7 +732,11 @@ async fn issue_token(State(state): State<AppState>, headers: HeaderMap, body: By
         request.client_secret.get_or_insert(secret);
     }
     let (Some(id), Some(secret)) = (request.client_id, request.client_secret) else {
-        return oauth_error(StatusCode::BAD_REQUEST, "invalid_request", "client_id and client_secret are required");
+        return oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "client_id and client_secret are required",
+        );
     };
     match state.auth.issue(&id, &secret) {
         Some(token) => Json(json!({
@@ -703,7 +748,11 @@ async fn issue_token(State(state): State<AppState>, headers: HeaderMap, body: By
         .into_response(),
         None => {
             tracing::warn!(client_id = %id, "refused token request with bad client credentials");
-            oauth_error(StatusCode::UNAUTHORIZED, "invalid_client", "unknown client or wrong secret")
+            oauth_error(
+                StatusCode::UNAUTHORIZED,
+                "invalid_client",
+                "unknown client or wrong secret",
+            )
         }
     }
 }
@@ -711,7 +760,9 @@ async fn issue_token(State(state): State<AppState>, headers: HeaderMap, body: By
 fn basic_credentials(headers: &HeaderMap) -> Option<(String, String)> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let encoded = value.strip_prefix("Basic ")?;
-    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
     let decoded = String::from_utf8(decoded).ok()?;
     let (id, secret) = decoded.split_once(':')?;
     Some((id.to_string(), secret.to_string()))
@@ -731,11 +782,8 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         .and_then(|v| v.strip_prefix("Bearer "));
     match token {
         Some(token) if state.auth.accepts(token.trim()) => next.run(request).await,
-        _ => ApiError::new(
-            ErrorType::NotAuthorized,
-            "a valid bearer token is required",
-        )
-        .into_response(),
+        _ => ApiError::new(ErrorType::NotAuthorized, "a valid bearer token is required")
+            .into_response(),
     }
 }
 
@@ -760,12 +808,16 @@ async fn idempotency(State(state): State<AppState>, request: Request, next: Next
         return next.run(request).await;
     };
     if key.is_empty() || key.len() > 255 {
-        return ApiError::bad_request("Idempotency-Key must have 1 to 255 characters").into_response();
+        return ApiError::bad_request("Idempotency-Key must have 1 to 255 characters")
+            .into_response();
     }
     let (parts, body) = request.into_parts();
     let bytes = match to_bytes(body, MAX_BODY_BYTES).await {
         Ok(b) => b,
-        Err(e) => return ApiError::bad_request(format!("could not read the request body: {e}")).into_response(),
+        Err(e) => {
+            return ApiError::bad_request(format!("could not read the request body: {e}"))
+                .into_response();
+        }
     };
     let mut hasher = Sha256::new();
     hasher.update(parts.method.as_str().as_bytes());
@@ -799,13 +851,18 @@ async fn idempotency(State(state): State<AppState>, request: Request, next: Next
     request.extensions_mut().insert(context.clone());
     let response = next.run(request).await;
     // A 5xx may be retried with the same key and must then run again.
-    if response.extensions().get::<AlreadyRemembered>().is_some() || response.status().is_server_error() {
+    if response.extensions().get::<AlreadyRemembered>().is_some()
+        || response.status().is_server_error()
+    {
         return response;
     }
     let (parts, body) = response.into_parts();
     let bytes = match to_bytes(body, MAX_BODY_BYTES).await {
         Ok(b) => b,
-        Err(e) => return ApiError::internal(format!("could not buffer the response: {e}")).into_response(),
+        Err(e) => {
+            return ApiError::internal(format!("could not buffer the response: {e}"))
+                .into_response();
+        }
     };
     let record = IdempotencyRecord {
         key,

@@ -59,7 +59,10 @@ fn digest(s: &str) -> [u8; 32] {
 /// Compares two secrets in time independent of where they differ.
 fn same_secret(a: &str, b: &str) -> bool {
     let (a, b) = (digest(a), digest(b));
-    a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 fn now_secs() -> u64 {
@@ -200,6 +203,9 @@ mod tests {
     #[test]
     fn secrets_do_not_show_in_debug_output() {
         let printed = format!("{:?}", auth(60));
-        assert!(!printed.contains("s3cret") && !printed.contains("static-token"), "{printed}");
+        assert!(
+            !printed.contains("s3cret") && !printed.contains("static-token"),
+            "{printed}"
+        );
     }
 }

@@ -52,7 +52,10 @@ impl StoreUrl {
         if let Some(rest) = s.strip_prefix("sqlite:") {
             let path = rest.strip_prefix("//").unwrap_or(rest);
             if path.is_empty() {
-                return Err("a sqlite store needs a file path, e.g. sqlite:///var/lib/floe/catalog.db".into());
+                return Err(
+                    "a sqlite store needs a file path, e.g. sqlite:///var/lib/floe/catalog.db"
+                        .into(),
+                );
             }
             return Ok(Self::Sqlite(PathBuf::from(path)));
         }
@@ -255,7 +258,13 @@ impl CatalogConfig {
 
         if let Some(v) = &raw.version {
             if *v.get_ref() != 1 {
-                problem(src.place(Some(v.span())), format!("version {} is not supported; this is version 1", v.get_ref()));
+                problem(
+                    src.place(Some(v.span())),
+                    format!(
+                        "version {} is not supported; this is version 1",
+                        v.get_ref()
+                    ),
+                );
             }
         } else if file.is_some() {
             problem(src.place(None), "`version = 1` is required".into());
@@ -268,9 +277,18 @@ impl CatalogConfig {
         };
         let name_ok = !name.0.is_empty()
             && name.0.len() <= 64
-            && name.0.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            && name
+                .0
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
         if !name_ok {
-            problem(name.1.clone(), format!("name {:?} must be 1-64 letters, digits, `-` or `_` (it is a URL path segment)", name.0));
+            problem(
+                name.1.clone(),
+                format!(
+                    "name {:?} must be 1-64 letters, digits, `-` or `_` (it is a URL path segment)",
+                    name.0
+                ),
+            );
         }
 
         let listen = match (&overrides.listen, &raw.listen) {
@@ -281,7 +299,10 @@ impl CatalogConfig {
         let listen_addr = match listen.0.parse::<SocketAddr>() {
             Ok(a) => Some(a),
             Err(_) => {
-                problem(listen.1.clone(), format!("listen address {:?} is not IP:PORT", listen.0));
+                problem(
+                    listen.1.clone(),
+                    format!("listen address {:?} is not IP:PORT", listen.0),
+                );
                 None
             }
         };
@@ -292,9 +313,18 @@ impl CatalogConfig {
             (None, None) => ("warehouse".to_string(), String::new()),
         };
         let warehouse_url = match warehouse_url(&warehouse.0) {
-            Ok(url) if url.starts_with("file://") || url.starts_with("s3://") || url.starts_with("s3a://") => Some(url),
+            Ok(url)
+                if url.starts_with("file://")
+                    || url.starts_with("s3://")
+                    || url.starts_with("s3a://") =>
+            {
+                Some(url)
+            }
             Ok(url) => {
-                problem(warehouse.1.clone(), format!("warehouse {url:?} must be file:// or s3://"));
+                problem(
+                    warehouse.1.clone(),
+                    format!("warehouse {url:?} must be file:// or s3://"),
+                );
                 None
             }
             Err(e) => {
@@ -318,7 +348,10 @@ impl CatalogConfig {
 
         let max_db_connections = match &raw.max_db_connections {
             Some(n) if !(1..=1024).contains(n.get_ref()) => {
-                problem(src.place(Some(n.span())), "max_db_connections must be between 1 and 1024".into());
+                problem(
+                    src.place(Some(n.span())),
+                    "max_db_connections must be between 1 and 1024".into(),
+                );
                 16
             }
             Some(n) => *n.get_ref() as usize,
@@ -327,7 +360,10 @@ impl CatalogConfig {
 
         let token_ttl_secs = match &raw.auth.token_ttl_secs {
             Some(t) if *t.get_ref() < 60 => {
-                problem(src.place(Some(t.span())), "token_ttl_secs must be at least 60".into());
+                problem(
+                    src.place(Some(t.span())),
+                    "token_ttl_secs must be at least 60".into(),
+                );
                 3600
             }
             Some(t) => *t.get_ref() as u64,
@@ -336,28 +372,43 @@ impl CatalogConfig {
 
         let mut tokens: Vec<Secret> = raw.auth.tokens.iter().cloned().map(Secret).collect();
         if let Some(list) = env("FLOE_CATALOG_TOKENS") {
-            tokens.extend(list.split(',').map(|t| Secret(t.trim().to_string())).filter(|t| !t.0.is_empty()));
+            tokens.extend(
+                list.split(',')
+                    .map(|t| Secret(t.trim().to_string()))
+                    .filter(|t| !t.0.is_empty()),
+            );
         }
         let mut clients: Vec<Client> = raw
             .auth
             .clients
             .iter()
-            .map(|c| Client { id: c.id.clone(), secret: Secret(c.secret.clone()) })
+            .map(|c| Client {
+                id: c.id.clone(),
+                secret: Secret(c.secret.clone()),
+            })
             .collect();
         if let Some(list) = env("FLOE_CATALOG_CLIENTS") {
             for entry in list.split(',').filter(|e| !e.trim().is_empty()) {
                 match entry.trim().split_once(':') {
-                    Some((id, secret)) if !id.is_empty() && !secret.is_empty() => clients.push(Client {
-                        id: id.to_string(),
-                        secret: Secret(secret.to_string()),
-                    }),
+                    Some((id, secret)) if !id.is_empty() && !secret.is_empty() => {
+                        clients.push(Client {
+                            id: id.to_string(),
+                            secret: Secret(secret.to_string()),
+                        })
+                    }
                     // Never echo the entry: it holds a secret.
-                    _ => problem("FLOE_CATALOG_CLIENTS".into(), "entries must look like id:secret".into()),
+                    _ => problem(
+                        "FLOE_CATALOG_CLIENTS".into(),
+                        "entries must look like id:secret".into(),
+                    ),
                 }
             }
         }
         if tokens.iter().any(|t| t.0.len() < 16) {
-            problem("auth.tokens".into(), "tokens must be at least 16 characters".into());
+            problem(
+                "auth.tokens".into(),
+                "tokens must be at least 16 characters".into(),
+            );
         }
         let signing_key = raw
             .auth
@@ -368,33 +419,59 @@ impl CatalogConfig {
         let auth = Auth::new(tokens, clients, signing_key, token_ttl_secs);
 
         let allow_anonymous = overrides.allow_anonymous || raw.allow_anonymous.unwrap_or(false);
-        if let Some(addr) = listen_addr {
-            if !addr.ip().is_loopback() && !auth.enabled() && !allow_anonymous {
-                problem(
-                    if listen.1.is_empty() { "--listen".into() } else { listen.1.clone() },
-                    format!(
-                        "refusing to listen on {addr} without authentication; configure [auth] \
-                         tokens or clients, or pass --allow-anonymous"
-                    ),
-                );
-            }
+        if let Some(addr) = listen_addr
+            && !addr.ip().is_loopback()
+            && !auth.enabled()
+            && !allow_anonymous
+        {
+            problem(
+                if listen.1.is_empty() {
+                    "--listen".into()
+                } else {
+                    listen.1.clone()
+                },
+                format!(
+                    "refusing to listen on {addr} without authentication; configure [auth] \
+                     tokens or clients, or pass --allow-anonymous"
+                ),
+            );
         }
 
         let s3 = S3Settings {
-            endpoint: raw.s3.endpoint.clone().or_else(|| env("FLOE_S3_ENDPOINT")).or_else(|| env("AWS_ENDPOINT_URL_S3")).or_else(|| env("AWS_ENDPOINT_URL")),
-            region: raw.s3.region.clone().or_else(|| env("AWS_REGION")).or_else(|| env("AWS_DEFAULT_REGION")),
+            endpoint: raw
+                .s3
+                .endpoint
+                .clone()
+                .or_else(|| env("FLOE_S3_ENDPOINT"))
+                .or_else(|| env("AWS_ENDPOINT_URL_S3"))
+                .or_else(|| env("AWS_ENDPOINT_URL")),
+            region: raw
+                .s3
+                .region
+                .clone()
+                .or_else(|| env("AWS_REGION"))
+                .or_else(|| env("AWS_DEFAULT_REGION")),
             path_style: raw.s3.path_style.unwrap_or_else(|| {
                 env("FLOE_S3_PATH_STYLE").is_some_and(|v| v == "true" || v == "1")
             }),
-            access_key_id: raw.s3.access_key_id.clone().or_else(|| env("AWS_ACCESS_KEY_ID")),
-            secret_access_key: raw.s3.secret_access_key.clone().or_else(|| env("AWS_SECRET_ACCESS_KEY")),
+            access_key_id: raw
+                .s3
+                .access_key_id
+                .clone()
+                .or_else(|| env("AWS_ACCESS_KEY_ID")),
+            secret_access_key: raw
+                .s3
+                .secret_access_key
+                .clone()
+                .or_else(|| env("AWS_SECRET_ACCESS_KEY")),
             session_token: env("AWS_SESSION_TOKEN"),
         };
 
         if !problems.is_empty() {
             return Err(ConfigErrors(problems));
         }
-        let (Some(listen), Some(warehouse), Some(store)) = (listen_addr, warehouse_url, store_url) else {
+        let (Some(listen), Some(warehouse), Some(store)) = (listen_addr, warehouse_url, store_url)
+        else {
             unreachable!("a missing value was reported as a problem");
         };
         Ok(Self {
@@ -430,17 +507,22 @@ mod tests {
         assert_eq!(c.warehouse, "s3://bucket/wh");
         assert!(c.s3.path_style);
         assert_eq!(c.store, StoreUrl::Postgres("postgres://u:pw@db/cat".into()));
-        assert!(!format!("{c:?}").contains(":pw@"), "password leaked into Debug");
+        assert!(
+            !format!("{c:?}").contains(":pw@"),
+            "password leaked into Debug"
+        );
     }
 
     #[test]
     fn every_problem_is_reported_with_its_position() {
-        let err = load(
-            "version = 2\nname = \"bad name\"\nlisten = \"nowhere\"\nstore = \"mysql://x\"\n",
-        )
-        .unwrap_err();
+        let err =
+            load("version = 2\nname = \"bad name\"\nlisten = \"nowhere\"\nstore = \"mysql://x\"\n")
+                .unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("catalog.toml:1:11: version 2 is not supported"), "{text}");
+        assert!(
+            text.contains("catalog.toml:1:11: version 2 is not supported"),
+            "{text}"
+        );
         assert!(text.contains("catalog.toml:2:8: name"), "{text}");
         assert!(text.contains("catalog.toml:3:10: listen address"), "{text}");
         assert!(text.contains("catalog.toml:4:9: store"), "{text}");
@@ -462,7 +544,10 @@ mod tests {
         let ok = CatalogConfig::from_toml(
             None,
             "listen = \"0.0.0.0:8181\"",
-            &Overrides { allow_anonymous: true, ..Overrides::default() },
+            &Overrides {
+                allow_anonymous: true,
+                ..Overrides::default()
+            },
         );
         assert!(ok.is_ok());
         let with_auth = load(
@@ -473,8 +558,14 @@ mod tests {
 
     #[test]
     fn store_urls() {
-        assert_eq!(StoreUrl::parse("sqlite:///var/c.db").unwrap(), StoreUrl::Sqlite("/var/c.db".into()));
-        assert_eq!(StoreUrl::parse("sqlite::memory:").unwrap(), StoreUrl::Sqlite(":memory:".into()));
+        assert_eq!(
+            StoreUrl::parse("sqlite:///var/c.db").unwrap(),
+            StoreUrl::Sqlite("/var/c.db".into())
+        );
+        assert_eq!(
+            StoreUrl::parse("sqlite::memory:").unwrap(),
+            StoreUrl::Sqlite(":memory:".into())
+        );
         assert!(StoreUrl::parse("sqlite://").is_err());
         assert!(StoreUrl::parse("redis://x").is_err());
     }

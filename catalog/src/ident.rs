@@ -161,7 +161,10 @@ mod tests {
             );
         }
         assert!(Namespace::from_parts(vec![]).is_err());
-        assert!(Namespace::from_url("a.b").is_err(), "dots are ambiguous in stored namespaces");
+        assert!(
+            Namespace::from_url("a.b").is_err(),
+            "dots are ambiguous in stored namespaces"
+        );
         assert!(TableName::new(Namespace::from_url("ns").unwrap(), "x".repeat(256)).is_err());
     }
 

@@ -43,7 +43,9 @@ impl Metrics {
             Box::new(commit_seconds.clone()),
             Box::new(commit_conflicts.clone()),
         ] {
-            registry.register(collector).expect("metric registered once");
+            registry
+                .register(collector)
+                .expect("metric registered once");
         }
         Self {
             registry,

@@ -100,7 +100,10 @@ impl Catalog {
     /// The current metadata location and metadata of a table.
     pub async fn load(&self, table: &TableName) -> ApiResult<(String, Arc<TableMetadata>)> {
         let location = self.store.table_pointer(table).await?.ok_or_else(|| {
-            ApiError::new(ErrorType::NoSuchTable, format!("table {table} does not exist"))
+            ApiError::new(
+                ErrorType::NoSuchTable,
+                format!("table {table} does not exist"),
+            )
         })?;
         let metadata = self.warehouse.read_metadata(&location).await?;
         Ok((location, metadata))
@@ -114,9 +117,16 @@ impl Catalog {
         request: CreateTableRequest,
     ) -> ApiResult<LoadTableResult> {
         let table = TableName::new(namespace.clone(), request.name.clone())?;
-        let ns_properties = self.store.namespace_properties(namespace).await?.ok_or_else(|| {
-            ApiError::new(ErrorType::NoSuchNamespace, format!("namespace {namespace} does not exist"))
-        })?;
+        let ns_properties = self
+            .store
+            .namespace_properties(namespace)
+            .await?
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorType::NoSuchNamespace,
+                    format!("namespace {namespace} does not exist"),
+                )
+            })?;
         if self.store.table_pointer(&table).await?.is_some() {
             return Err(ApiError::new(
                 ErrorType::AlreadyExists,
@@ -157,8 +167,9 @@ impl Catalog {
             .metadata;
 
         if request.stage_create == Some(true) {
-            let json = serde_json::to_string(&metadata)
-                .map_err(|e| ApiError::internal(format!("could not encode staged metadata: {e}")))?;
+            let json = serde_json::to_string(&metadata).map_err(|e| {
+                ApiError::internal(format!("could not encode staged metadata: {e}"))
+            })?;
             self.store.put_staged(&table, &json).await?;
             return Ok(load_result(None, metadata, &self.warehouse));
         }
@@ -259,7 +270,9 @@ impl Catalog {
         let mut tables: Vec<&TableName> = changes.iter().map(|c| &c.table).collect();
         tables.sort_by_key(|t| t.to_string());
         if tables.windows(2).any(|w| w[0] == w[1]) {
-            return Err(ApiError::bad_request("a transaction names the same table twice"));
+            return Err(ApiError::bad_request(
+                "a transaction names the same table twice",
+            ));
         }
         let mut attempt = 0;
         loop {
@@ -312,7 +325,9 @@ impl Catalog {
             };
             match outcome {
                 Ok(SwapOutcome::Committed) => {
-                    self.metrics.commit_seconds.observe(started.elapsed().as_secs_f64());
+                    self.metrics
+                        .commit_seconds
+                        .observe(started.elapsed().as_secs_f64());
                     for p in &prepared {
                         for file in &p.expired {
                             if self.warehouse.contains(file) {
@@ -361,7 +376,10 @@ impl Catalog {
             .iter()
             .any(|r| matches!(r, TableRequirement::NotExist));
         let (base, base_location) = match &current {
-            Some(location) => (Some(self.warehouse.read_metadata(location).await?), Some(location)),
+            Some(location) => (
+                Some(self.warehouse.read_metadata(location).await?),
+                Some(location),
+            ),
             None => (None, None),
         };
         for requirement in &change.requirements {
@@ -370,7 +388,8 @@ impl Catalog {
                 if error.kind == ErrorType::NoSuchTable {
                     error.message = format!("table {table} does not exist");
                 } else if error.kind == ErrorType::CommitFailed {
-                    error.message = format!("requirement failed for table {table}: {}", error.message);
+                    error.message =
+                        format!("requirement failed for table {table}: {}", error.message);
                 }
                 error
             })?;
@@ -399,22 +418,25 @@ impl Catalog {
         let built = builder.build().map_err(|e| {
             ApiError::new(
                 ErrorType::Validation,
-                format!("the updated metadata of table {table} is invalid: {}", e.message()),
+                format!(
+                    "the updated metadata of table {table} is invalid: {}",
+                    e.message()
+                ),
             )
         })?;
-        if let (Some(base), Some(location)) = (&base, base_location) {
-            if built.changes.is_empty() {
-                return Ok(Prepared {
-                    swap: PointerSwap {
-                        table: table.clone(),
-                        expected: Some(location.clone()),
-                        new: location.clone(),
-                    },
-                    metadata: base.clone(),
-                    written: false,
-                    expired: Vec::new(),
-                });
-            }
+        if let (Some(base), Some(location)) = (&base, base_location)
+            && built.changes.is_empty()
+        {
+            return Ok(Prepared {
+                swap: PointerSwap {
+                    table: table.clone(),
+                    expected: Some(location.clone()),
+                    new: location.clone(),
+                },
+                metadata: base.clone(),
+                written: false,
+                expired: Vec::new(),
+            });
         }
         let metadata = built.metadata;
         if !self.warehouse.contains(metadata.location()) {
@@ -507,7 +529,9 @@ impl Catalog {
             .schema(schema)
             .format_version(format_version)
             .build();
-        Ok(TableMetadataBuilder::from_table_creation(creation)?.build()?.metadata)
+        Ok(TableMetadataBuilder::from_table_creation(creation)?
+            .build()?
+            .metadata)
     }
 }
 

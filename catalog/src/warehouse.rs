@@ -42,8 +42,14 @@ impl std::fmt::Debug for S3Settings {
             .field("endpoint", &self.endpoint)
             .field("region", &self.region)
             .field("path_style", &self.path_style)
-            .field("access_key_id", &self.access_key_id.as_ref().map(|_| "<redacted>"))
-            .field("secret_access_key", &self.secret_access_key.as_ref().map(|_| "<redacted>"))
+            .field(
+                "access_key_id",
+                &self.access_key_id.as_ref().map(|_| "<redacted>"),
+            )
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "<redacted>"),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -79,7 +85,10 @@ impl Warehouse {
                     ApiError::bad_request(format!("warehouse {url:?} is not an absolute file path"))
                 })?;
                 std::fs::create_dir_all(&path).map_err(|e| {
-                    ApiError::internal(format!("could not create warehouse {}: {e}", path.display()))
+                    ApiError::internal(format!(
+                        "could not create warehouse {}: {e}",
+                        path.display()
+                    ))
                 })?;
             }
             "s3" | "s3a" => {
@@ -150,7 +159,11 @@ impl Warehouse {
     /// A fresh location for a new table: under the namespace's `location` property when set,
     /// else `{root}/{ns…}/{table}-{uuid}`. The UUID keeps a re-created table from sharing a
     /// directory — and a later purge — with a dropped one of the same name.
-    pub fn new_table_location(&self, table: &TableName, namespace_location: Option<&str>) -> String {
+    pub fn new_table_location(
+        &self,
+        table: &TableName,
+        namespace_location: Option<&str>,
+    ) -> String {
         let base = match namespace_location {
             Some(loc) => loc.trim_end_matches('/').to_string(),
             None => format!("{}/{}", self.root, table.namespace.path()),
@@ -231,7 +244,10 @@ impl Warehouse {
 
 /// The namespace's `location` property, used as the base of new tables.
 pub fn namespace_location(properties: &HashMap<String, String>) -> Option<&str> {
-    properties.get("location").map(String::as_str).filter(|s| !s.is_empty())
+    properties
+        .get("location")
+        .map(String::as_str)
+        .filter(|s| !s.is_empty())
 }
 
 #[cfg(test)]

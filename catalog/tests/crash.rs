@@ -12,32 +12,52 @@ use common::{Backend, append_commit, backends, main_ancestry};
 use serde_json::{Value, json};
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn spawn(backend: &Backend, name: &str, port: u16) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_floe-catalog"));
     cmd.args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--store", &backend.store, "--warehouse", &backend.warehouse, "--name", name])
+        .args([
+            "--store",
+            &backend.store,
+            "--warehouse",
+            &backend.warehouse,
+            "--name",
+            name,
+        ])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     if let Ok(endpoint) = std::env::var("FLOE_TEST_S3_ENDPOINT") {
         cmd.env("FLOE_S3_ENDPOINT", endpoint)
             .env("FLOE_S3_PATH_STYLE", "true")
-            .env("AWS_REGION", std::env::var("AWS_REGION").unwrap_or("us-east-1".into()))
-            .env("AWS_ACCESS_KEY_ID", std::env::var("AWS_ACCESS_KEY_ID").unwrap_or("test".into()))
-            .env("AWS_SECRET_ACCESS_KEY", std::env::var("AWS_SECRET_ACCESS_KEY").unwrap_or("test".into()));
+            .env(
+                "AWS_REGION",
+                std::env::var("AWS_REGION").unwrap_or("us-east-1".into()),
+            )
+            .env(
+                "AWS_ACCESS_KEY_ID",
+                std::env::var("AWS_ACCESS_KEY_ID").unwrap_or("test".into()),
+            )
+            .env(
+                "AWS_SECRET_ACCESS_KEY",
+                std::env::var("AWS_SECRET_ACCESS_KEY").unwrap_or("test".into()),
+            );
     }
     cmd.spawn().expect("floe-catalog binary starts")
 }
 
 async fn wait_healthy(http: &reqwest::Client, base: &str) {
     for _ in 0..200 {
-        if let Ok(r) = http.get(format!("{base}/healthz")).send().await {
-            if r.status().is_success() {
-                return;
-            }
+        if let Ok(r) = http.get(format!("{base}/healthz")).send().await
+            && r.status().is_success()
+        {
+            return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -51,11 +71,19 @@ async fn sigkill_during_commits_leaves_a_consistent_catalog() {
         let port = free_port();
         let base = format!("http://127.0.0.1:{port}");
         let table_url = format!("{base}/v1/{name}/namespaces/db/tables/t");
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
 
         let mut child = spawn(&backend, &name, port);
         wait_healthy(&http, &base).await;
-        let r = http.post(format!("{base}/v1/{name}/namespaces")).json(&json!({"namespace": ["db"]})).send().await.unwrap();
+        let r = http
+            .post(format!("{base}/v1/{name}/namespaces"))
+            .json(&json!({"namespace": ["db"]}))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status().as_u16(), 200);
         let r = http
             .post(format!("{base}/v1/{name}/namespaces/db/tables"))
@@ -76,11 +104,17 @@ async fn sigkill_during_commits_leaves_a_consistent_catalog() {
                     tokio::spawn(async move {
                         let mut id = first_id;
                         loop {
-                            let Ok(r) = http.get(&url).send().await else { return };
-                            let Ok(loaded) = r.json::<Value>().await else { return };
+                            let Ok(r) = http.get(&url).send().await else {
+                                return;
+                            };
+                            let Ok(loaded) = r.json::<Value>().await else {
+                                return;
+                            };
                             let body = append_commit(&loaded["metadata"], id, "crash");
                             match http.post(&url).json(&body).send().await {
-                                Ok(r) if r.status().as_u16() == 200 => acked.lock().unwrap().push(id),
+                                Ok(r) if r.status().as_u16() == 200 => {
+                                    acked.lock().unwrap().push(id)
+                                }
                                 Ok(_) => {}
                                 Err(_) => return,
                             }
@@ -102,12 +136,28 @@ async fn sigkill_during_commits_leaves_a_consistent_catalog() {
             wait_healthy(&http, &base).await;
         }
 
-        let loaded: Value = http.get(&table_url).send().await.unwrap().json().await.unwrap();
+        let loaded: Value = http
+            .get(&table_url)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         let ancestry = main_ancestry(&loaded["metadata"]);
         let acked = acked.lock().unwrap().clone();
-        assert!(acked.len() >= rounds, "[{}] too few commits landed to test anything: {}", backend.label, acked.len());
+        assert!(
+            acked.len() >= rounds,
+            "[{}] too few commits landed to test anything: {}",
+            backend.label,
+            acked.len()
+        );
         for id in &acked {
-            assert!(ancestry.contains(id), "[{}] acknowledged commit {id} is missing", backend.label);
+            assert!(
+                ancestry.contains(id),
+                "[{}] acknowledged commit {id} is missing",
+                backend.label
+            );
         }
         assert_eq!(
             ancestry.len(),
@@ -116,9 +166,18 @@ async fn sigkill_during_commits_leaves_a_consistent_catalog() {
             backend.label
         );
         // And it still commits.
-        let r = http.post(&table_url).json(&append_commit(&loaded["metadata"], 9_999_999, "after")).send().await.unwrap();
+        let r = http
+            .post(&table_url)
+            .json(&append_commit(&loaded["metadata"], 9_999_999, "after"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status().as_u16(), 200, "[{}]", backend.label);
-        eprintln!("[{}] {} acknowledged commits survived {rounds} kills", backend.label, acked.len());
+        eprintln!(
+            "[{}] {} acknowledged commits survived {rounds} kills",
+            backend.label,
+            acked.len()
+        );
         child.kill().ok();
         child.wait().ok();
     }

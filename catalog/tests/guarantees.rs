@@ -25,20 +25,41 @@ async fn concurrent_commits_on_one_base_exactly_one_wins() {
                 async move { (id, h.post("namespaces/db/tables/hot", body).await) }
             });
             let results = join_all(attempts).await;
-            let won: Vec<i64> = results.iter().filter(|(_, (s, _))| *s == 200).map(|(id, _)| *id).collect();
+            let won: Vec<i64> = results
+                .iter()
+                .filter(|(_, (s, _))| *s == 200)
+                .map(|(id, _)| *id)
+                .collect();
             for (_, (status, body)) in &results {
-                assert!(*status == 200 || *status == 409, "[{}] unexpected {status}: {body}", backend.label);
+                assert!(
+                    *status == 200 || *status == 409,
+                    "[{}] unexpected {status}: {body}",
+                    backend.label
+                );
                 if *status == 409 {
-                    assert_eq!(body["error"]["type"], "CommitFailedException", "[{}] {body}", backend.label);
+                    assert_eq!(
+                        body["error"]["type"], "CommitFailedException",
+                        "[{}] {body}",
+                        backend.label
+                    );
                 }
             }
-            assert_eq!(won.len(), 1, "[{}] round {round}: winners {won:?}", backend.label);
+            assert_eq!(
+                won.len(),
+                1,
+                "[{}] round {round}: winners {won:?}",
+                backend.label
+            );
             winners.push(won[0]);
         }
         let (_, loaded) = h.get("namespaces/db/tables/hot").await;
         let mut ancestry = main_ancestry(&loaded["metadata"]);
         ancestry.reverse();
-        assert_eq!(ancestry, winners, "[{}] history is the winners, in order", backend.label);
+        assert_eq!(
+            ancestry, winners,
+            "[{}] history is the winners, in order",
+            backend.label
+        );
         assert_eq!(
             loaded["metadata"]["snapshots"].as_array().unwrap().len(),
             winners.len(),
@@ -56,7 +77,10 @@ async fn compatible_concurrent_commits_all_land() {
         let h = Harness::start(&backend).await;
         h.create_namespace("db").await;
         let created = h.create_table("db", "props").await;
-        let uuid = created["metadata"]["table-uuid"].as_str().unwrap().to_string();
+        let uuid = created["metadata"]["table-uuid"]
+            .as_str()
+            .unwrap()
+            .to_string();
         let commits = (0..6).map(|i| {
             let body = json!({
                 "requirements": [{"type": "assert-table-uuid", "uuid": uuid}],
@@ -70,7 +94,12 @@ async fn compatible_concurrent_commits_all_land() {
         }
         let (_, loaded) = h.get("namespaces/db/tables/props").await;
         for i in 0..6 {
-            assert_eq!(loaded["metadata"]["properties"][format!("k{i}")], "v", "[{}]", backend.label);
+            assert_eq!(
+                loaded["metadata"]["properties"][format!("k{i}")],
+                "v",
+                "[{}]",
+                backend.label
+            );
         }
         h.catalog.stop().await.unwrap();
     }
@@ -84,7 +113,12 @@ async fn multi_table_commit_with_one_stale_requirement_changes_nothing() {
         let a = h.create_table("db", "a").await;
         let b = h.create_table("db", "b").await;
         // Move b forward so a commit based on its old state is stale.
-        let (status, _) = h.post("namespaces/db/tables/b", append_commit(&b["metadata"], 7, "x")).await;
+        let (status, _) = h
+            .post(
+                "namespaces/db/tables/b",
+                append_commit(&b["metadata"], 7, "x"),
+            )
+            .await;
         assert_eq!(status, 200);
         let before = (h.pointer("db", "a").await, h.pointer("db", "b").await);
         let files_before = h.warehouse_files();
@@ -94,19 +128,35 @@ async fn multi_table_commit_with_one_stale_requirement_changes_nothing() {
         let mut change_b = append_commit(&b["metadata"], 12, "tx");
         change_b["identifier"] = json!({"namespace": ["db"], "name": "b"});
         let (status, body) = h
-            .post("transactions/commit", json!({ "table-changes": [change_a.clone(), change_b] }))
+            .post(
+                "transactions/commit",
+                json!({ "table-changes": [change_a.clone(), change_b] }),
+            )
             .await;
         assert_eq!(status, 409, "[{}] {body}", backend.label);
         assert_eq!(body["error"]["type"], "CommitFailedException");
-        assert_eq!(before, (h.pointer("db", "a").await, h.pointer("db", "b").await), "[{}]", backend.label);
-        assert_eq!(files_before, h.warehouse_files(), "[{}] the failed commit left files behind", backend.label);
+        assert_eq!(
+            before,
+            (h.pointer("db", "a").await, h.pointer("db", "b").await),
+            "[{}]",
+            backend.label
+        );
+        assert_eq!(
+            files_before,
+            h.warehouse_files(),
+            "[{}] the failed commit left files behind",
+            backend.label
+        );
 
         // With both requirements fresh, both tables move in one request.
         let (_, b_now) = h.get("namespaces/db/tables/b").await;
         let mut change_b = append_commit(&b_now["metadata"], 13, "tx");
         change_b["identifier"] = json!({"namespace": ["db"], "name": "b"});
         let (status, body) = h
-            .post("transactions/commit", json!({ "table-changes": [change_a, change_b] }))
+            .post(
+                "transactions/commit",
+                json!({ "table-changes": [change_a, change_b] }),
+            )
             .await;
         assert_eq!(status, 204, "[{}] {body}", backend.label);
         let (_, a_now) = h.get("namespaces/db/tables/a").await;
@@ -135,7 +185,13 @@ async fn concurrent_creates_of_one_name_one_wins() {
         }
         // Only the winner's metadata file remains.
         if backend.local_dir.is_some() {
-            assert_eq!(h.warehouse_files().len(), 1, "[{}] {:?}", backend.label, h.warehouse_files());
+            assert_eq!(
+                h.warehouse_files().len(),
+                1,
+                "[{}] {:?}",
+                backend.label,
+                h.warehouse_files()
+            );
         }
 
         // The same through stage-create + assert-create, as DuckDB and Trino create tables.
@@ -144,7 +200,11 @@ async fn concurrent_creates_of_one_name_one_wins() {
         let (status, stage) = h.post("namespaces/db/tables", staged).await;
         assert_eq!(status, 200, "{stage}");
         assert!(stage["metadata-location"].is_null());
-        assert_eq!(h.get("namespaces/db/tables/staged").await.0, 404, "a staged table is invisible");
+        assert_eq!(
+            h.get("namespaces/db/tables/staged").await.0,
+            404,
+            "a staged table is invisible"
+        );
         let md = &stage["metadata"];
         let finish = json!({
             "requirements": [{"type": "assert-create"}],
@@ -166,11 +226,23 @@ async fn concurrent_creates_of_one_name_one_wins() {
             async move { h.post("namespaces/db/tables/staged", finish).await }
         });
         let results = join_all(commits).await;
-        assert_eq!(results.iter().filter(|(s, _)| *s == 200).count(), 1, "[{}] {results:?}", backend.label);
-        assert!(results.iter().all(|(s, _)| *s == 200 || *s == 409), "{results:?}");
+        assert_eq!(
+            results.iter().filter(|(s, _)| *s == 200).count(),
+            1,
+            "[{}] {results:?}",
+            backend.label
+        );
+        assert!(
+            results.iter().all(|(s, _)| *s == 200 || *s == 409),
+            "{results:?}"
+        );
         let (status, loaded) = h.get("namespaces/db/tables/staged").await;
         assert_eq!(status, 200);
-        assert_eq!(loaded["metadata"]["schemas"].as_array().unwrap().len(), 1, "{loaded}");
+        assert_eq!(
+            loaded["metadata"]["schemas"].as_array().unwrap().len(),
+            1,
+            "{loaded}"
+        );
         assert_eq!(loaded["metadata"]["table-uuid"], md["table-uuid"]);
         assert_eq!(loaded["metadata"]["properties"]["owner"], "test");
         h.catalog.stop().await.unwrap();
@@ -207,7 +279,10 @@ async fn idempotency_key_replay_applies_once() {
                     .send()
                     .await
                     .unwrap();
-                (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null))
+                (
+                    r.status().as_u16(),
+                    r.json::<Value>().await.unwrap_or(Value::Null),
+                )
             }
         };
         let first = send(commit.clone()).await;
@@ -263,7 +338,10 @@ async fn bad_requests_get_spec_errors_and_change_nothing() {
                     .send()
                     .await
                     .unwrap();
-                (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null))
+                (
+                    r.status().as_u16(),
+                    r.json::<Value>().await.unwrap_or(Value::Null),
+                )
             }
         };
         let mut cases: Vec<(&str, (u16, Value))> = vec![
@@ -306,26 +384,57 @@ async fn bad_requests_get_spec_errors_and_change_nothing() {
         ];
         for (what, (status, body)) in &cases {
             assert_eq!(*status, 400, "[{}] {what}: {body}", backend.label);
-            assert_eq!(body["error"]["code"], 400, "[{}] {what}: {body}", backend.label);
+            assert_eq!(
+                body["error"]["code"], 400,
+                "[{}] {what}: {body}",
+                backend.label
+            );
             let kind = body["error"]["type"].as_str().unwrap_or_default();
             assert!(
                 kind == "BadRequestException" || kind == "ValidationException",
                 "[{}] {what}: {body}",
                 backend.label
             );
-            assert!(!body["error"]["message"].as_str().unwrap_or_default().is_empty());
+            assert!(
+                !body["error"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .is_empty()
+            );
         }
         cases.clear();
-        let (status, body) = h.post("namespaces/db/tables/missing", append_commit(&t["metadata"], 5, "x")).await;
-        assert_eq!((status, body["error"]["type"].as_str()), (404, Some("NoSuchTableException")), "{body}");
+        let (status, body) = h
+            .post(
+                "namespaces/db/tables/missing",
+                append_commit(&t["metadata"], 5, "x"),
+            )
+            .await;
+        assert_eq!(
+            (status, body["error"]["type"].as_str()),
+            (404, Some("NoSuchTableException")),
+            "{body}"
+        );
         let (status, body) = h.get("namespaces/nope/tables").await;
-        assert_eq!((status, body["error"]["type"].as_str()), (404, Some("NoSuchNamespaceException")), "{body}");
+        assert_eq!(
+            (status, body["error"]["type"].as_str()),
+            (404, Some("NoSuchNamespaceException")),
+            "{body}"
+        );
         let (status, body) = h.post("namespaces", json!({"namespace": ["db"]})).await;
-        assert_eq!((status, body["error"]["type"].as_str()), (409, Some("AlreadyExistsException")), "{body}");
+        assert_eq!(
+            (status, body["error"]["type"].as_str()),
+            (409, Some("AlreadyExistsException")),
+            "{body}"
+        );
 
         assert_eq!(pointer, h.pointer("db", "t").await, "[{}]", backend.label);
         assert_eq!(files, h.warehouse_files(), "[{}]", backend.label);
-        assert_eq!(namespaces, h.get("namespaces").await.1, "[{}]", backend.label);
+        assert_eq!(
+            namespaces,
+            h.get("namespaces").await.1,
+            "[{}]",
+            backend.label
+        );
         h.catalog.stop().await.unwrap();
     }
 }

@@ -122,9 +122,15 @@ async fn iceberg_rust_rest_catalog_round_trip() {
             .create_namespace(&NamespaceIdent::new("rust".into()), HashMap::new())
             .await
             .unwrap();
-        catalog.create_namespace(&ns, HashMap::from([("owner".into(), "rust".into())])).await.unwrap();
+        catalog
+            .create_namespace(&ns, HashMap::from([("owner".into(), "rust".into())]))
+            .await
+            .unwrap();
         assert!(catalog.namespace_exists(&ns).await.unwrap());
-        assert_eq!(catalog.get_namespace(&ns).await.unwrap().properties()["owner"], "rust");
+        assert_eq!(
+            catalog.get_namespace(&ns).await.unwrap().properties()["owner"],
+            "rust"
+        );
 
         let schema = Schema::builder()
             .with_fields(vec![
@@ -148,21 +154,40 @@ async fn iceberg_rust_rest_catalog_round_trip() {
 
         let table = append(&catalog, &table, &[1, 2, 3], &["eu", "us", "eu"]).await;
         let table = append(&catalog, &table, &[4], &["ap"]).await;
-        assert_eq!(scan_ids(&table).await, vec![1, 2, 3, 4], "[{}]", backend.label);
+        assert_eq!(
+            scan_ids(&table).await,
+            vec![1, 2, 3, 4],
+            "[{}]",
+            backend.label
+        );
         assert_eq!(table.metadata().snapshots().len(), 2);
 
         // Schema evolution: add a column, write with it, read everything back.
         let tx = Transaction::new(&table);
         let tx = tx
             .update_schema()
-            .add_column(AddColumn::optional("note", Type::Primitive(PrimitiveType::String)))
+            .add_column(AddColumn::optional(
+                "note",
+                Type::Primitive(PrimitiveType::String),
+            ))
             .apply(tx)
             .unwrap();
         let table = tx.commit(&catalog).await.unwrap();
-        assert!(table.metadata().current_schema().field_by_name("note").is_some());
+        assert!(
+            table
+                .metadata()
+                .current_schema()
+                .field_by_name("note")
+                .is_some()
+        );
         append(&catalog, &table, &[5], &["eu"]).await;
         let reloaded = catalog.load_table(&ident).await.unwrap();
-        assert_eq!(scan_ids(&reloaded).await, vec![1, 2, 3, 4, 5], "[{}]", backend.label);
+        assert_eq!(
+            scan_ids(&reloaded).await,
+            vec![1, 2, 3, 4, 5],
+            "[{}]",
+            backend.label
+        );
 
         // Rename, then drop with purge: the files go too.
         let renamed = TableIdent::new(ns.clone(), "clicks_v2".into());
@@ -174,8 +199,15 @@ async fn iceberg_rust_rest_catalog_round_trip() {
         catalog.purge_table(&renamed).await.unwrap();
         assert!(!catalog.table_exists(&renamed).await.unwrap());
         let io = h.warehouse_io();
-        assert!(!io.io().exists(&metadata_file).await.unwrap(), "[{}] purge kept metadata", backend.label);
-        assert_eq!(catalog.list_tables(&ns).await.unwrap(), Vec::<TableIdent>::new());
+        assert!(
+            !io.io().exists(&metadata_file).await.unwrap(),
+            "[{}] purge kept metadata",
+            backend.label
+        );
+        assert_eq!(
+            catalog.list_tables(&ns).await.unwrap(),
+            Vec::<TableIdent>::new()
+        );
         catalog.drop_namespace(&ns).await.unwrap();
         h.catalog.stop().await.unwrap();
     }

@@ -39,11 +39,13 @@ fn unavailable(error: impl std::fmt::Display) -> ApiError {
 /// row first (409); anything else is the database's fault.
 fn statement_error(error: tokio_postgres::Error) -> ApiError {
     if error.code() == Some(&SqlState::UNIQUE_VIOLATION) {
-        return ApiError::new(ErrorType::AlreadyExists, "the name was taken by a concurrent request");
+        return ApiError::new(
+            ErrorType::AlreadyExists,
+            "the name was taken by a concurrent request",
+        );
     }
     unavailable(error)
 }
-
 
 impl PostgresBackend {
     /// Connects to `url` (`postgres://user:pass@host:port/db`) with up to `max_connections`.
@@ -93,13 +95,18 @@ impl SqlTx for PgTx {
     async fn exec(&mut self, sql: &str, params: &[Param<'_>]) -> ApiResult<u64> {
         let conn = self.conn()?;
         let stmt = conn.prepare_cached(sql).await.map_err(unavailable)?;
-        conn.execute(&stmt, &bind(params)).await.map_err(statement_error)
+        conn.execute(&stmt, &bind(params))
+            .await
+            .map_err(statement_error)
     }
 
     async fn query(&mut self, sql: &str, params: &[Param<'_>]) -> ApiResult<Vec<Vec<Cell>>> {
         let conn = self.conn()?;
         let stmt = conn.prepare_cached(sql).await.map_err(unavailable)?;
-        let rows = conn.query(&stmt, &bind(params)).await.map_err(unavailable)?;
+        let rows = conn
+            .query(&stmt, &bind(params))
+            .await
+            .map_err(unavailable)?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
             let mut cells = Vec::with_capacity(row.len());
@@ -109,7 +116,9 @@ impl SqlTx for PgTx {
                     Type::INT4 => row
                         .try_get::<_, Option<i32>>(i)
                         .map(|v| v.map(|v| Cell::Int(v.into()))),
-                    _ => row.try_get::<_, Option<String>>(i).map(|v| v.map(Cell::Text)),
+                    _ => row
+                        .try_get::<_, Option<String>>(i)
+                        .map(|v| v.map(Cell::Text)),
                 }
                 .map_err(unavailable)?;
                 cells.push(cell.unwrap_or(Cell::Null));

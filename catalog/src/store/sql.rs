@@ -200,7 +200,10 @@ impl<B: SqlBackend> SqlStore<B> {
         let cutoff = now_ms();
         tx.exec(
             "DELETE FROM floe_staged_tables WHERE catalog_name = $1 AND created_at_ms < $2",
-            &[Param::Text(Some(&self.catalog)), Param::Int(cutoff - STAGED_TTL_MS)],
+            &[
+                Param::Text(Some(&self.catalog)),
+                Param::Int(cutoff - STAGED_TTL_MS),
+            ],
         )
         .await?;
         tx.exec(
@@ -243,7 +246,11 @@ impl<B: SqlBackend> SqlStore<B> {
                 "SELECT metadata_location FROM iceberg_tables
                  WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3
                    AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)",
-                &[self.cat(), Param::Text(Some(&t.namespace.stored())), Param::Text(Some(&t.name))],
+                &[
+                    self.cat(),
+                    Param::Text(Some(&t.namespace.stored())),
+                    Param::Text(Some(&t.name)),
+                ],
             )
             .await?;
         Ok(rows.first().and_then(|r| r[0].text().map(str::to_string)))
@@ -259,7 +266,11 @@ impl<B: SqlBackend> SqlStore<B> {
         tx.exec(
             "DELETE FROM floe_idempotency
              WHERE catalog_name = $1 AND idempotency_key = $2 AND expires_at_ms < $3",
-            &[self.cat(), Param::Text(Some(&record.key)), Param::Int(now_ms())],
+            &[
+                self.cat(),
+                Param::Text(Some(&record.key)),
+                Param::Int(now_ms()),
+            ],
         )
         .await?;
         let inserted = tx
@@ -358,7 +369,12 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
                 "INSERT INTO iceberg_namespace_properties
                    (catalog_name, namespace, property_key, property_value)
                  VALUES ($1, $2, $3, $4)",
-                &[self.cat(), Param::Text(Some(&ns)), Param::Text(Some(key)), Param::Text(Some(value))],
+                &[
+                    self.cat(),
+                    Param::Text(Some(&ns)),
+                    Param::Text(Some(key)),
+                    Param::Text(Some(value)),
+                ],
             )
             .await?;
         }
@@ -384,7 +400,12 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
         tx.commit().await?;
         Ok(Some(
             rows.into_iter()
-                .filter_map(|r| Some((r[0].text()?.to_string(), r[1].text().unwrap_or("").to_string())))
+                .filter_map(|r| {
+                    Some((
+                        r[0].text()?.to_string(),
+                        r[1].text().unwrap_or("").to_string(),
+                    ))
+                })
                 .filter(|(k, _)| k != EXISTS_KEY)
                 .collect(),
         ))
@@ -414,7 +435,12 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
                  VALUES ($1, $2, $3, $4)
                  ON CONFLICT (catalog_name, namespace, property_key)
                  DO UPDATE SET property_value = excluded.property_value",
-                &[self.cat(), Param::Text(Some(&ns)), Param::Text(Some(key)), Param::Text(Some(value))],
+                &[
+                    self.cat(),
+                    Param::Text(Some(&ns)),
+                    Param::Text(Some(key)),
+                    Param::Text(Some(value)),
+                ],
             )
             .await?;
         }
@@ -424,7 +450,11 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
                (catalog_name, namespace, property_key, property_value)
              VALUES ($1, $2, $3, 'true')
              ON CONFLICT (catalog_name, namespace, property_key) DO NOTHING",
-            &[self.cat(), Param::Text(Some(&ns)), Param::Text(Some(EXISTS_KEY))],
+            &[
+                self.cat(),
+                Param::Text(Some(&ns)),
+                Param::Text(Some(EXISTS_KEY)),
+            ],
         )
         .await?;
         tx.commit().await
@@ -442,7 +472,11 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
                  UNION ALL
                  SELECT 1 FROM iceberg_namespace_properties WHERE catalog_name = $1
                    AND namespace LIKE $3 ESCAPE '\\'",
-                &[self.cat(), Param::Text(Some(&ns)), Param::Text(Some(&prefix))],
+                &[
+                    self.cat(),
+                    Param::Text(Some(&ns)),
+                    Param::Text(Some(&prefix)),
+                ],
             )
             .await?;
         if !children.is_empty() {
@@ -512,7 +546,8 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
                     .await?
                 }
                 None => {
-                    self.require_namespace(tx.as_mut(), &swap.table.namespace).await?;
+                    self.require_namespace(tx.as_mut(), &swap.table.namespace)
+                        .await?;
                     let changed = tx
                         .exec(
                             "INSERT INTO iceberg_tables
@@ -531,7 +566,11 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
                     tx.exec(
                         "DELETE FROM floe_staged_tables
                          WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3",
-                        &[self.cat(), Param::Text(Some(&ns)), Param::Text(Some(&swap.table.name))],
+                        &[
+                            self.cat(),
+                            Param::Text(Some(&ns)),
+                            Param::Text(Some(&swap.table.name)),
+                        ],
                     )
                     .await?;
                     changed
@@ -544,12 +583,12 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
                 });
             }
         }
-        if let Some(record) = remember {
-            if !self.insert_idempotency(tx.as_mut(), record).await? {
-                return Err(ApiError::commit_failed(
-                    "a request with the same Idempotency-Key was committed concurrently",
-                ));
-            }
+        if let Some(record) = remember
+            && !self.insert_idempotency(tx.as_mut(), record).await?
+        {
+            return Err(ApiError::commit_failed(
+                "a request with the same Idempotency-Key was committed concurrently",
+            ));
         }
         match tx.commit().await {
             Ok(()) => Ok(SwapOutcome::Committed),
@@ -568,7 +607,11 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
         tx.exec(
             "DELETE FROM iceberg_tables
              WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3",
-            &[self.cat(), Param::Text(Some(&table.namespace.stored())), Param::Text(Some(&table.name))],
+            &[
+                self.cat(),
+                Param::Text(Some(&table.namespace.stored())),
+                Param::Text(Some(&table.name)),
+            ],
         )
         .await?;
         tx.commit().await?;
@@ -586,7 +629,11 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
             .query(
                 "SELECT 1 FROM iceberg_tables
                  WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3",
-                &[self.cat(), Param::Text(Some(&to_ns)), Param::Text(Some(&to.name))],
+                &[
+                    self.cat(),
+                    Param::Text(Some(&to_ns)),
+                    Param::Text(Some(&to.name)),
+                ],
             )
             .await?;
         if !taken.is_empty() {
@@ -612,7 +659,8 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
 
     async fn put_staged(&self, table: &TableName, metadata_json: &str) -> ApiResult<()> {
         let mut tx = self.backend.begin(true).await?;
-        self.require_namespace(tx.as_mut(), &table.namespace).await?;
+        self.require_namespace(tx.as_mut(), &table.namespace)
+            .await?;
         tx.exec(
             "INSERT INTO floe_staged_tables
                (catalog_name, table_namespace, table_name, metadata, created_at_ms)
@@ -637,7 +685,11 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
             .query(
                 "SELECT metadata FROM floe_staged_tables
                  WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3",
-                &[self.cat(), Param::Text(Some(&table.namespace.stored())), Param::Text(Some(&table.name))],
+                &[
+                    self.cat(),
+                    Param::Text(Some(&table.namespace.stored())),
+                    Param::Text(Some(&table.name)),
+                ],
             )
             .await?;
         tx.commit().await?;
@@ -656,7 +708,10 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
         tx.commit().await?;
         Ok(rows.first().map(|r| StoredResponse {
             request_hash: r[0].text().unwrap_or_default().to_string(),
-            status: r[1].int().and_then(|s| u16::try_from(s).ok()).unwrap_or(500),
+            status: r[1]
+                .int()
+                .and_then(|s| u16::try_from(s).ok())
+                .unwrap_or(500),
             body: r[2].text().unwrap_or_default().to_string(),
         }))
     }

@@ -45,7 +45,8 @@ impl SqliteBackend {
             )
         }
         .map_err(unavailable)?;
-        conn.busy_timeout(Duration::from_secs(10)).map_err(unavailable)?;
+        conn.busy_timeout(Duration::from_secs(10))
+            .map_err(unavailable)?;
         conn.execute_batch(
             "PRAGMA journal_mode = WAL;
              PRAGMA synchronous = FULL;
@@ -147,7 +148,11 @@ impl Drop for SqliteTx {
 impl SqlBackend for SqliteBackend {
     async fn begin(&self, write: bool) -> ApiResult<Box<dyn SqlTx>> {
         let guard = self.conn.clone().lock_owned().await;
-        let begin = if write { "BEGIN IMMEDIATE" } else { "BEGIN DEFERRED" };
+        let begin = if write {
+            "BEGIN IMMEDIATE"
+        } else {
+            "BEGIN DEFERRED"
+        };
         tokio::task::block_in_place(|| guard.execute_batch(begin)).map_err(unavailable)?;
         Ok(Box::new(SqliteTx { conn: Some(guard) }))
     }

@@ -47,8 +47,14 @@ pub fn backends() -> Vec<Backend> {
     let pg = std::env::var("FLOE_TEST_PG_URL").ok();
     let s3 = std::env::var("FLOE_TEST_S3_ENDPOINT").ok();
     if required() {
-        assert!(pg.is_some(), "FLOE_REQUIRE_SERVICES=1 but FLOE_TEST_PG_URL is not set");
-        assert!(s3.is_some(), "FLOE_REQUIRE_SERVICES=1 but FLOE_TEST_S3_ENDPOINT is not set");
+        assert!(
+            pg.is_some(),
+            "FLOE_REQUIRE_SERVICES=1 but FLOE_TEST_PG_URL is not set"
+        );
+        assert!(
+            s3.is_some(),
+            "FLOE_REQUIRE_SERVICES=1 but FLOE_TEST_S3_ENDPOINT is not set"
+        );
     }
     if let Some(pg) = &pg {
         out.push(Backend {
@@ -101,7 +107,10 @@ pub fn config(backend: &Backend) -> CatalogConfig {
         config.s3.path_style = true;
         config.s3.region.get_or_insert_with(|| "us-east-1".into());
         config.s3.access_key_id.get_or_insert_with(|| "test".into());
-        config.s3.secret_access_key.get_or_insert_with(|| "test".into());
+        config
+            .s3
+            .secret_access_key
+            .get_or_insert_with(|| "test".into());
     }
     config
 }
@@ -130,7 +139,12 @@ impl Harness {
         format!("{}/v1/{}/{}", self.catalog.uri(), self.config.name, path)
     }
 
-    pub async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut request = self.http.request(method, self.url(path));
         if let Some(body) = body {
             request = request.json(&body);
@@ -156,7 +170,9 @@ impl Harness {
 
     /// Creates `ns.name` with a two-column schema and returns the load result.
     pub async fn create_table(&self, ns: &str, name: &str) -> Value {
-        let (status, body) = self.post(&format!("namespaces/{ns}/tables"), create_body(name)).await;
+        let (status, body) = self
+            .post(&format!("namespaces/{ns}/tables"), create_body(name))
+            .await;
         assert_eq!(status, 200, "create table {ns}.{name}: {body}");
         body
     }
@@ -180,7 +196,9 @@ impl Harness {
         let mut out = Vec::new();
         let mut stack = vec![dir.clone()];
         while let Some(d) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&d) else { continue };
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
             for entry in entries.flatten() {
                 let path = entry.path();
                 if path.is_dir() {
@@ -214,7 +232,9 @@ pub fn create_body(name: &str) -> Value {
 /// that `main` still points at `parent`. The manifest list need not exist: the catalog never
 /// reads it.
 pub fn append_commit(metadata: &Value, snapshot_id: i64, tag: &str) -> Value {
-    let parent = metadata["current-snapshot-id"].as_i64().filter(|id| *id >= 0);
+    let parent = metadata["current-snapshot-id"]
+        .as_i64()
+        .filter(|id| *id >= 0);
     let seq = metadata["last-sequence-number"].as_i64().unwrap_or(0) + 1;
     let location = metadata["location"].as_str().unwrap();
     let mut snapshot = json!({
@@ -250,12 +270,19 @@ pub fn main_ancestry(metadata: &Value) -> Vec<i64> {
         .as_array()
         .map(|all| {
             all.iter()
-                .map(|s| (s["snapshot-id"].as_i64().unwrap(), s["parent-snapshot-id"].as_i64()))
+                .map(|s| {
+                    (
+                        s["snapshot-id"].as_i64().unwrap(),
+                        s["parent-snapshot-id"].as_i64(),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default();
     let mut out = Vec::new();
-    let mut next = metadata["current-snapshot-id"].as_i64().filter(|id| *id >= 0);
+    let mut next = metadata["current-snapshot-id"]
+        .as_i64()
+        .filter(|id| *id >= 0);
     while let Some(id) = next {
         out.push(id);
         next = snapshots.get(&id).copied().flatten();
