@@ -334,7 +334,12 @@ async fn load_namespace(
     Path((prefix, namespace)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let namespace = namespace_of(&state, &prefix, &namespace)?;
-    let properties = namespace_properties(&state, &namespace).await?;
+    let mut properties = namespace_properties(&state, &namespace).await?;
+    // Report where the namespace's tables go, as Hive-style catalogs do. Trino needs this to
+    // choose a table location and create through stage-create.
+    properties
+        .entry("location".to_string())
+        .or_insert_with(|| state.catalog.warehouse().namespace_location(&namespace));
     Ok(Json(json!({
         "namespace": namespace.parts(),
         "properties": properties,

@@ -16,7 +16,7 @@ use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use lru::LruCache;
 
 use crate::error::{ApiError, ApiResult, ErrorType};
-use crate::ident::TableName;
+use crate::ident::{Namespace, TableName};
 
 /// Settings for an S3-compatible warehouse. Credentials come from the environment or the
 /// config file and are never logged.
@@ -156,6 +156,11 @@ impl Warehouse {
         &self.io
     }
 
+    /// Where the tables of a namespace without a `location` property live.
+    pub fn namespace_location(&self, namespace: &Namespace) -> String {
+        format!("{}/{}", self.root, namespace.path())
+    }
+
     /// A fresh location for a new table: under the namespace's `location` property when set,
     /// else `{root}/{ns…}/{table}-{uuid}`. The UUID keeps a re-created table from sharing a
     /// directory — and a later purge — with a dropped one of the same name.
@@ -166,7 +171,7 @@ impl Warehouse {
     ) -> String {
         let base = match namespace_location {
             Some(loc) => loc.trim_end_matches('/').to_string(),
-            None => format!("{}/{}", self.root, table.namespace.path()),
+            None => self.namespace_location(&table.namespace),
         };
         format!("{base}/{}-{}", table.name, uuid::Uuid::new_v4().simple())
     }
@@ -253,7 +258,6 @@ pub fn namespace_location(properties: &HashMap<String, String>) -> Option<&str> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ident::Namespace;
 
     #[test]
     fn table_locations_are_unique_and_inside() {

@@ -7,6 +7,7 @@ service fails the run instead of skipping. The binary comes from FLOE_CATALOG_BI
 $CARGO_TARGET_DIR/debug.
 """
 
+import contextlib
 import os
 import pathlib
 import socket
@@ -92,9 +93,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(params=_backends(), ids=lambda b: f"{b[0]}+{b[1]}")
-def catalog(request, tmp_path):
-    store_kind, wh_kind = request.param
+@contextlib.contextmanager
+def start_catalog(tmp_path: pathlib.Path, store_kind: str, wh_kind: str):
+    """Runs a floe-catalog process on a unique catalog name until the block ends, then checks
+    that it stops cleanly on SIGTERM."""
     name = "py" + uuid.uuid4().hex[:10]
     store = f"sqlite://{tmp_path / 'catalog.db'}" if store_kind == "sqlite" else os.environ["FLOE_TEST_PG_URL"]
     if wh_kind == "file":
@@ -112,19 +114,37 @@ def catalog(request, tmp_path):
         env=env,
     )
     uri = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if requests.get(f"{uri}/healthz", timeout=1).ok:
-                break
-        except requests.ConnectionError:
-            pass
-        assert process.poll() is None, "floe-catalog exited during start-up"
-        assert time.monotonic() < deadline, "floe-catalog did not become healthy"
-        time.sleep(0.05)
-    yield Catalog(uri=uri, name=name, warehouse=warehouse, store=store, local_dir=local_dir, process=process)
-    process.terminate()
-    assert process.wait(timeout=20) == 0, "floe-catalog did not stop cleanly on SIGTERM"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if requests.get(f"{uri}/healthz", timeout=1).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert process.poll() is None, "floe-catalog exited during start-up"
+            assert time.monotonic() < deadline, "floe-catalog did not become healthy"
+            time.sleep(0.05)
+        yield Catalog(uri=uri, name=name, warehouse=warehouse, store=store, local_dir=local_dir, process=process)
+    finally:
+        process.terminate()
+        code = process.wait(timeout=20)
+    assert code == 0, f"floe-catalog exited with {code} on SIGTERM"
+
+
+@pytest.fixture(params=_backends(), ids=lambda b: f"{b[0]}+{b[1]}")
+def catalog(request, tmp_path):
+    with start_catalog(tmp_path, *request.param) as running:
+        yield running
+
+
+def attach(con, catalog, alias="lake"):
+    """Attaches the catalog to a DuckDB connection the way the README tells users to."""
+    import duckdb_offline
+
+    if catalog.s3:
+        duckdb_offline.create_s3_secret(con)
+    con.sql(f"ATTACH 'wh' AS {alias} (TYPE iceberg, ENDPOINT '{catalog.uri}', AUTHORIZATION_TYPE 'none')")
 
 
 @pytest.fixture
@@ -133,11 +153,6 @@ def duck(catalog):
     import duckdb_offline
 
     con = duckdb_offline.connect()
-    if catalog.s3:
-        duckdb_offline.create_s3_secret(con)
-    # The ATTACH users type, as the README shows it.
-    con.sql(
-        f"ATTACH 'wh' AS lake (TYPE iceberg, ENDPOINT '{catalog.uri}', AUTHORIZATION_TYPE 'none')"
-    )
+    attach(con, catalog)
     yield con
     con.close()

@@ -2,7 +2,9 @@
 read back by DuckDB and cross-checked through the catalog with PyIceberg."""
 
 import duckdb
+import duckdb_offline
 import pytest
+from conftest import attach
 from pyiceberg.catalog import load_catalog
 
 
@@ -33,12 +35,8 @@ def test_create_insert_update_delete_merge(duck, catalog):
     assert rows(duck, "SELECT * FROM lake.shop.orders") == expected
 
     # A fresh connection sees the same committed state (nothing lives only in DuckDB's cache).
-    import duckdb_offline
-
     fresh = duckdb_offline.connect()
-    if catalog.s3:
-        duckdb_offline.create_s3_secret(fresh)
-    fresh.sql(f"ATTACH 'wh' AS again (TYPE iceberg, ENDPOINT '{catalog.uri}', AUTHORIZATION_TYPE 'none')")
+    attach(fresh, catalog, "again")
     assert rows(fresh, "SELECT * FROM again.shop.orders") == expected
 
     # The table's history is visible to other clients: PyIceberg lists its snapshots.
