@@ -557,6 +557,15 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("catalog.toml");
+        let c = CatalogConfig::load(Some(&path), &Overrides::default()).unwrap();
+        assert_eq!(c.name, "floe");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8181");
+        assert_eq!(c.store, StoreUrl::Sqlite("/var/lib/floe/catalog.db".into()));
+    }
+
+    #[test]
     fn store_urls() {
         assert_eq!(
             StoreUrl::parse("sqlite:///var/c.db").unwrap(),
