@@ -48,30 +48,21 @@ fn config(store: &str, dir: &std::path::Path) -> CatalogConfig {
     .expect("bench config")
 }
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+/// A writer's commit: one more snapshot on `main`, dropping the previous one so the metadata
+/// stays small and constant-size, as a streaming writer with maintenance keeps it.
 fn append(metadata: &Value, snapshot_id: i64) -> Value {
+    let mut commit = common::append_commit(metadata, snapshot_id, "bench");
     let parent = metadata["current-snapshot-id"]
         .as_i64()
         .filter(|id| *id >= 0);
-    let seq = metadata["last-sequence-number"].as_i64().unwrap_or(0) + 1;
-    let location = metadata["location"].as_str().unwrap();
-    let mut snapshot = json!({
-        "snapshot-id": snapshot_id, "sequence-number": seq,
-        "timestamp-ms": 1_700_000_000_000i64 + seq,
-        "manifest-list": format!("{location}/metadata/snap-{snapshot_id}.avro"),
-        "summary": {"operation": "append"}, "schema-id": 0
-    });
-    if let Some(parent) = parent {
-        snapshot["parent-snapshot-id"] = json!(parent);
-    }
-    json!({
-        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": parent}],
-        "updates": [
-            {"action": "add-snapshot", "snapshot": snapshot},
-            {"action": "set-snapshot-ref", "ref-name": "main", "type": "branch", "snapshot-id": snapshot_id},
-            // Keep metadata small and constant-size, as a streaming writer's maintenance would.
-            {"action": "remove-snapshots", "snapshot-ids": parent.map(|p| vec![p]).unwrap_or_default()}
-        ]
-    })
+    commit["updates"].as_array_mut().unwrap().push(json!({
+        "action": "remove-snapshots",
+        "snapshot-ids": parent.map(|p| vec![p]).unwrap_or_default()
+    }));
+    commit
 }
 
 struct Cell {
@@ -82,6 +73,27 @@ struct Cell {
 }
 
 impl Cell {
+    /// Waits for the clients, each returning (commits, conflicts, latencies), and adds them up.
+    async fn collect(
+        clients: Vec<tokio::task::JoinHandle<(usize, usize, Vec<Duration>)>>,
+        started: Instant,
+    ) -> Self {
+        let mut cell = Cell {
+            commits: 0,
+            conflicts: 0,
+            latencies: Vec::new(),
+            elapsed: Duration::ZERO,
+        };
+        for client in clients {
+            let (commits, conflicts, latencies) = client.await.unwrap();
+            cell.commits += commits;
+            cell.conflicts += conflicts;
+            cell.latencies.extend(latencies);
+        }
+        cell.elapsed = started.elapsed();
+        cell
+    }
+
     fn rate(&self) -> f64 {
         self.commits as f64 / self.elapsed.as_secs_f64()
     }
@@ -133,20 +145,7 @@ async fn run_http(base: &str, tables: &[String], clients: usize) -> Cell {
             })
         })
         .collect();
-    let mut cell = Cell {
-        commits: 0,
-        conflicts: 0,
-        latencies: Vec::new(),
-        elapsed: Duration::ZERO,
-    };
-    for t in tasks {
-        let (n, c, l) = t.await.unwrap();
-        cell.commits += n;
-        cell.conflicts += c;
-        cell.latencies.extend(l);
-    }
-    cell.elapsed = started.elapsed();
-    cell
+    Cell::collect(tasks, started).await
 }
 
 async fn run_bare_swaps(
@@ -183,23 +182,11 @@ async fn run_bare_swaps(
                     version += 1;
                     latencies.push(began.elapsed());
                 }
-                latencies
+                (latencies.len(), 0, latencies)
             })
         })
         .collect();
-    let mut cell = Cell {
-        commits: 0,
-        conflicts: 0,
-        latencies: Vec::new(),
-        elapsed: Duration::ZERO,
-    };
-    for t in tasks {
-        let l = t.await.unwrap();
-        cell.commits += l.len();
-        cell.latencies.extend(l);
-    }
-    cell.elapsed = started.elapsed();
-    cell
+    Cell::collect(tasks, started).await
 }
 
 #[tokio::main(flavor = "multi_thread")]

@@ -268,10 +268,7 @@ async fn list_namespaces(
     if let Some(parent) = &parent
         && !all.contains(parent)
     {
-        return Err(ApiError::new(
-            ErrorType::NoSuchNamespace,
-            format!("namespace {parent} does not exist"),
-        ));
+        return Err(ApiError::no_such_namespace(parent));
     }
     let children: Vec<Namespace> = all
         .into_iter()
@@ -312,29 +309,12 @@ async fn create_namespace(
     })))
 }
 
-async fn namespace_properties(
-    state: &AppState,
-    namespace: &Namespace,
-) -> ApiResult<HashMap<String, String>> {
-    state
-        .catalog
-        .store()
-        .namespace_properties(namespace)
-        .await?
-        .ok_or_else(|| {
-            ApiError::new(
-                ErrorType::NoSuchNamespace,
-                format!("namespace {namespace} does not exist"),
-            )
-        })
-}
-
 async fn load_namespace(
     State(state): State<AppState>,
     Path((prefix, namespace)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let namespace = namespace_of(&state, &prefix, &namespace)?;
-    let mut properties = namespace_properties(&state, &namespace).await?;
+    let mut properties = state.catalog.namespace_properties(&namespace).await?;
     // Report where the namespace's tables go, as Hive-style catalogs do. Trino needs this to
     // choose a table location and create through stage-create.
     properties
@@ -351,7 +331,7 @@ async fn head_namespace(
     Path((prefix, namespace)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     let namespace = namespace_of(&state, &prefix, &namespace)?;
-    namespace_properties(&state, &namespace).await?;
+    state.catalog.namespace_properties(&namespace).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -386,7 +366,7 @@ async fn update_namespace_properties(
             format!("property {both:?} is both removed and updated"),
         ));
     }
-    let before = namespace_properties(&state, &namespace).await?;
+    let before = state.catalog.namespace_properties(&namespace).await?;
     state
         .catalog
         .store()
@@ -517,10 +497,7 @@ async fn head_table(
     let table = table_of(&state, &prefix, &namespace, &table)?;
     match state.catalog.store().table_pointer(&table).await? {
         Some(_) => Ok(StatusCode::NO_CONTENT),
-        None => Err(ApiError::new(
-            ErrorType::NoSuchTable,
-            format!("table {table} does not exist"),
-        )),
+        None => Err(ApiError::no_such_table(&table)),
     }
 }
 
@@ -683,10 +660,7 @@ async fn report_metrics(
 ) -> ApiResult<StatusCode> {
     let table = table_of(&state, &prefix, &namespace, &table)?;
     if state.catalog.store().table_pointer(&table).await?.is_none() {
-        return Err(ApiError::new(
-            ErrorType::NoSuchTable,
-            format!("table {table} does not exist"),
-        ));
+        return Err(ApiError::no_such_table(&table));
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -110,6 +110,22 @@ impl ApiError {
         Self::new(ErrorType::BadRequest, message)
     }
 
+    /// 404 `NoSuchTableException` for `table`.
+    pub fn no_such_table(table: impl std::fmt::Display) -> Self {
+        Self::new(
+            ErrorType::NoSuchTable,
+            format!("table {table} does not exist"),
+        )
+    }
+
+    /// 404 `NoSuchNamespaceException` for `namespace`.
+    pub fn no_such_namespace(namespace: impl std::fmt::Display) -> Self {
+        Self::new(
+            ErrorType::NoSuchNamespace,
+            format!("namespace {namespace} does not exist"),
+        )
+    }
+
     /// 409 `CommitFailedException`.
     pub fn commit_failed(message: impl Into<String>) -> Self {
         Self::new(ErrorType::CommitFailed, message)

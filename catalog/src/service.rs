@@ -97,14 +97,24 @@ impl Catalog {
         &self.warehouse
     }
 
+    /// A namespace's stored properties; `NoSuchNamespace` if it does not exist.
+    pub async fn namespace_properties(
+        &self,
+        namespace: &Namespace,
+    ) -> ApiResult<HashMap<String, String>> {
+        self.store
+            .namespace_properties(namespace)
+            .await?
+            .ok_or_else(|| ApiError::no_such_namespace(namespace))
+    }
+
     /// The current metadata location and metadata of a table.
     pub async fn load(&self, table: &TableName) -> ApiResult<(String, Arc<TableMetadata>)> {
-        let location = self.store.table_pointer(table).await?.ok_or_else(|| {
-            ApiError::new(
-                ErrorType::NoSuchTable,
-                format!("table {table} does not exist"),
-            )
-        })?;
+        let location = self
+            .store
+            .table_pointer(table)
+            .await?
+            .ok_or_else(|| ApiError::no_such_table(table))?;
         let metadata = self.warehouse.read_metadata(&location).await?;
         Ok((location, metadata))
     }
@@ -117,16 +127,7 @@ impl Catalog {
         request: CreateTableRequest,
     ) -> ApiResult<LoadTableResult> {
         let table = TableName::new(namespace.clone(), request.name.clone())?;
-        let ns_properties = self
-            .store
-            .namespace_properties(namespace)
-            .await?
-            .ok_or_else(|| {
-                ApiError::new(
-                    ErrorType::NoSuchNamespace,
-                    format!("namespace {namespace} does not exist"),
-                )
-            })?;
+        let ns_properties = self.namespace_properties(namespace).await?;
         if self.store.table_pointer(&table).await?.is_some() {
             return Err(ApiError::new(
                 ErrorType::AlreadyExists,
@@ -400,10 +401,7 @@ impl Catalog {
             }
             (None, true) => TableMetadataBuilder::new_from_metadata(self.seed(change).await?, None),
             (None, false) => {
-                return Err(ApiError::new(
-                    ErrorType::NoSuchTable,
-                    format!("table {table} does not exist"),
-                ));
+                return Err(ApiError::no_such_table(table));
             }
         };
         let mut builder = builder;
@@ -501,16 +499,7 @@ impl Catalog {
         }) {
             Some(location) => location,
             None => {
-                let properties = self
-                    .store
-                    .namespace_properties(&change.table.namespace)
-                    .await?
-                    .ok_or_else(|| {
-                        ApiError::new(
-                            ErrorType::NoSuchNamespace,
-                            format!("namespace {} does not exist", change.table.namespace),
-                        )
-                    })?;
+                let properties = self.namespace_properties(&change.table.namespace).await?;
                 self.warehouse
                     .new_table_location(&change.table, namespace_location(&properties))
             }

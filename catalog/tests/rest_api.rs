@@ -178,26 +178,8 @@ async fn tables_load_rename_register_and_purge() {
         );
 
         // Two snapshots, then load with snapshots=refs keeps only the branch head.
-        let (_, t0) = h.get("namespaces/db/tables/t0").await;
-        assert_eq!(
-            h.post(
-                "namespaces/db/tables/t0",
-                append_commit(&t0["metadata"], 1, "a")
-            )
-            .await
-            .0,
-            200
-        );
-        let (_, t0) = h.get("namespaces/db/tables/t0").await;
-        assert_eq!(
-            h.post(
-                "namespaces/db/tables/t0",
-                append_commit(&t0["metadata"], 2, "b")
-            )
-            .await
-            .0,
-            200
-        );
+        assert_eq!(h.append("db", "t0", 1).await, 200);
+        assert_eq!(h.append("db", "t0", 2).await, 200);
         let (_, all) = h.get("namespaces/db/tables/t0?snapshots=all").await;
         let (_, refs) = h.get("namespaces/db/tables/t0?snapshots=refs").await;
         assert_eq!(all["metadata"]["snapshots"].as_array().unwrap().len(), 2);

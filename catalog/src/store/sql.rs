@@ -218,6 +218,15 @@ impl<B: SqlBackend> SqlStore<B> {
         Param::Text(Some(&self.catalog))
     }
 
+    /// `$1, $2, $3` = catalog, namespace (stored form, kept alive by the caller), table name.
+    fn table_key<'a>(&'a self, namespace: &'a str, table: &'a TableName) -> [Param<'a>; 3] {
+        [
+            self.cat(),
+            Param::Text(Some(namespace)),
+            Param::Text(Some(&table.name)),
+        ]
+    }
+
     async fn namespace_exists(&self, tx: &mut dyn SqlTx, ns: &str) -> ApiResult<bool> {
         let prefix = children_pattern(ns);
         let rows = tx
@@ -236,7 +245,7 @@ impl<B: SqlBackend> SqlStore<B> {
         if self.namespace_exists(tx, &ns.stored()).await? {
             Ok(())
         } else {
-            Err(no_such_namespace(ns))
+            Err(ApiError::no_such_namespace(ns))
         }
     }
 
@@ -246,11 +255,7 @@ impl<B: SqlBackend> SqlStore<B> {
                 "SELECT metadata_location FROM iceberg_tables
                  WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3
                    AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)",
-                &[
-                    self.cat(),
-                    Param::Text(Some(&t.namespace.stored())),
-                    Param::Text(Some(&t.name)),
-                ],
+                &self.table_key(&t.namespace.stored(), t),
             )
             .await?;
         Ok(rows.first().and_then(|r| r[0].text().map(str::to_string)))
@@ -304,17 +309,6 @@ fn children_pattern(ns: &str) -> String {
     }
     pattern.push_str(".%");
     pattern
-}
-
-fn no_such_namespace(ns: &Namespace) -> ApiError {
-    ApiError::new(
-        ErrorType::NoSuchNamespace,
-        format!("namespace {ns} does not exist"),
-    )
-}
-
-fn no_such_table(t: &TableName) -> ApiError {
-    ApiError::new(ErrorType::NoSuchTable, format!("table {t} does not exist"))
 }
 
 #[async_trait]
@@ -566,11 +560,7 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
                     tx.exec(
                         "DELETE FROM floe_staged_tables
                          WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3",
-                        &[
-                            self.cat(),
-                            Param::Text(Some(&ns)),
-                            Param::Text(Some(&swap.table.name)),
-                        ],
+                        &self.table_key(&ns, &swap.table),
                     )
                     .await?;
                     changed
@@ -602,16 +592,12 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
     async fn drop_table(&self, table: &TableName) -> ApiResult<String> {
         let mut tx = self.backend.begin(true).await?;
         let Some(location) = self.pointer(tx.as_mut(), table).await? else {
-            return Err(no_such_table(table));
+            return Err(ApiError::no_such_table(table));
         };
         tx.exec(
             "DELETE FROM iceberg_tables
              WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3",
-            &[
-                self.cat(),
-                Param::Text(Some(&table.namespace.stored())),
-                Param::Text(Some(&table.name)),
-            ],
+            &self.table_key(&table.namespace.stored(), table),
         )
         .await?;
         tx.commit().await?;
@@ -621,7 +607,7 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
     async fn rename_table(&self, from: &TableName, to: &TableName) -> ApiResult<()> {
         let mut tx = self.backend.begin(true).await?;
         if self.pointer(tx.as_mut(), from).await?.is_none() {
-            return Err(no_such_table(from));
+            return Err(ApiError::no_such_table(from));
         }
         self.require_namespace(tx.as_mut(), &to.namespace).await?;
         let to_ns = to.namespace.stored();
@@ -629,11 +615,7 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
             .query(
                 "SELECT 1 FROM iceberg_tables
                  WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3",
-                &[
-                    self.cat(),
-                    Param::Text(Some(&to_ns)),
-                    Param::Text(Some(&to.name)),
-                ],
+                &self.table_key(&to_ns, to),
             )
             .await?;
         if !taken.is_empty() {
@@ -685,11 +667,7 @@ impl<B: SqlBackend> CatalogStore for SqlStore<B> {
             .query(
                 "SELECT metadata FROM floe_staged_tables
                  WHERE catalog_name = $1 AND table_namespace = $2 AND table_name = $3",
-                &[
-                    self.cat(),
-                    Param::Text(Some(&table.namespace.stored())),
-                    Param::Text(Some(&table.name)),
-                ],
+                &self.table_key(&table.namespace.stored(), table),
             )
             .await?;
         tx.commit().await?;

@@ -177,6 +177,15 @@ impl Harness {
         body
     }
 
+    /// Loads `ns.name` and commits one more snapshot on top of its current one; returns the
+    /// commit's status.
+    pub async fn append(&self, ns: &str, name: &str, snapshot_id: i64) -> u16 {
+        let path = format!("namespaces/{ns}/tables/{name}");
+        let (_, loaded) = self.get(&path).await;
+        let commit = append_commit(&loaded["metadata"], snapshot_id, "append");
+        self.post(&path, commit).await.0
+    }
+
     /// The current metadata location of a table.
     pub async fn pointer(&self, ns: &str, name: &str) -> Option<String> {
         let (status, body) = self.get(&format!("namespaces/{ns}/tables/{name}")).await;
