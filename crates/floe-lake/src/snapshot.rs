@@ -1,0 +1,240 @@
+//! Building a new snapshot by hand from iceberg's public manifest writers: the route around
+//! iceberg-rust 0.10's fast-append-only transaction API.
+//!
+//! [`prepare_row_delta`] turns a [`Delta`] — new data files and new delete files (position and
+//! equality) — into one snapshot on `main`:
+//!
+//! * new data files go in one new data manifest, new delete files in one new delete manifest;
+//!   their entries **inherit** the snapshot's sequence number from the manifest list, so data
+//!   and the deletes committed with it share one sequence number. That is what makes an upsert
+//!   work: an equality delete applies to data with a *smaller* sequence number (the old row), a
+//!   position delete to data with a smaller *or equal* one (a row written in the same commit);
+//! * every manifest of the base snapshot is carried over unchanged;
+//! * the commit asserts the table UUID and that `main` still points at the base snapshot, so a
+//!   concurrent writer turns it into a 409 and the caller re-plans from a fresh load.
+//!
+//! Only the table's default partition spec is accepted for new files.
+
+use std::collections::HashMap;
+
+use iceberg::spec::{
+    DataContentType, DataFile, FormatVersion, ManifestFile, ManifestList, ManifestListWriter,
+    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention, Summary,
+};
+use iceberg::{TableRequirement, TableUpdate};
+
+use crate::error::{ErrorKind, LakeError, LakeResult};
+use crate::rest::{LoadedTable, TableCommit};
+
+/// What one commit adds to one table.
+#[derive(Debug, Clone, Default)]
+pub struct Delta {
+    /// New data files.
+    pub data_files: Vec<DataFile>,
+    /// New position-delete and equality-delete files.
+    pub delete_files: Vec<DataFile>,
+    /// Extra snapshot-summary properties (commit markers).
+    pub properties: HashMap<String, String>,
+}
+
+/// A snapshot whose files are written and whose commit is ready to send.
+#[derive(Debug, Clone)]
+pub struct PreparedSnapshot {
+    /// The requirements and updates to send.
+    pub commit: TableCommit,
+    /// The new snapshot's id.
+    pub snapshot_id: i64,
+    /// Files this preparation wrote (manifests, manifest list); delete them if the commit
+    /// definitely failed.
+    pub written: Vec<String>,
+}
+
+/// Reads the manifests of the current snapshot of `main` (none for an empty table).
+pub async fn current_manifests(table: &LoadedTable) -> LakeResult<Vec<ManifestFile>> {
+    let Some(snapshot) = table.metadata.snapshot_for_ref("main") else {
+        return Ok(Vec::new());
+    };
+    let bytes = table.io.new_input(snapshot.manifest_list())?.read().await?;
+    let list = ManifestList::parse_with_version(&bytes, table.metadata.format_version())?;
+    Ok(list.entries().to_vec())
+}
+
+fn fresh_snapshot_id(table: &LoadedTable) -> i64 {
+    loop {
+        let id = rand::random_range(1..i64::MAX);
+        if table.metadata.snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+/// Summary counters in the form Java and PyIceberg write them.
+fn counters(delta: &Delta) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let mut put = |key: &str, value: u64| {
+        if value > 0 {
+            out.insert(key.to_string(), value.to_string());
+        }
+    };
+    let data_records: u64 = delta.data_files.iter().map(DataFile::record_count).sum();
+    let bytes: u64 = delta
+        .data_files
+        .iter()
+        .chain(&delta.delete_files)
+        .map(DataFile::file_size_in_bytes)
+        .sum();
+    let (mut pos, mut eq) = (0u64, 0u64);
+    for f in &delta.delete_files {
+        match f.content_type() {
+            DataContentType::PositionDeletes => pos += f.record_count(),
+            _ => eq += f.record_count(),
+        }
+    }
+    put("added-data-files", delta.data_files.len() as u64);
+    put("added-records", data_records);
+    put("added-delete-files", delta.delete_files.len() as u64);
+    put("added-position-deletes", pos);
+    put("added-equality-deletes", eq);
+    put("added-files-size", bytes);
+    out
+}
+
+/// Writes the manifests and manifest list of a snapshot that adds `delta` on top of the
+/// table's current `main`, and returns the commit to send.
+pub async fn prepare_row_delta(table: &LoadedTable, delta: &Delta) -> LakeResult<PreparedSnapshot> {
+    let metadata = &table.metadata;
+    if metadata.format_version() != FormatVersion::V2 {
+        return Err(LakeError::new(
+            ErrorKind::Invalid,
+            format!(
+                "table {} is format version {:?}; floe-lake writes v2 tables",
+                table.ident,
+                metadata.format_version()
+            ),
+        ));
+    }
+    // iceberg 0.10 does not expose a file's spec id; files must come from writers built for the
+    // table's default spec (this crate's writers are).
+    let spec = metadata.default_partition_spec();
+    if delta
+        .data_files
+        .iter()
+        .any(|f| f.content_type() != DataContentType::Data)
+        || delta
+            .delete_files
+            .iter()
+            .any(|f| f.content_type() == DataContentType::Data)
+    {
+        return Err(LakeError::new(
+            ErrorKind::Invalid,
+            "data files and delete files were mixed up in a delta",
+        ));
+    }
+
+    let schema = metadata.current_schema().clone();
+    let parent = metadata.snapshot_for_ref("main").map(|s| s.snapshot_id());
+    let snapshot_id = fresh_snapshot_id(table);
+    let sequence_number = metadata.next_sequence_number();
+    let metadata_dir = format!("{}/metadata", metadata.location().trim_end_matches('/'));
+    let commit_uuid = uuid::Uuid::new_v4();
+    let mut written = Vec::new();
+    let mut manifests = Vec::new();
+
+    for (index, (files, deletes)) in [(&delta.data_files, false), (&delta.delete_files, true)]
+        .into_iter()
+        .enumerate()
+    {
+        if files.is_empty() {
+            continue;
+        }
+        let path = format!("{metadata_dir}/{commit_uuid}-m{index}.avro");
+        let builder = ManifestWriterBuilder::new(
+            table.io.new_output(&path)?,
+            Some(snapshot_id),
+            schema.clone(),
+            (**spec).clone(),
+        );
+        let mut writer = if deletes {
+            builder.build_v2_deletes()
+        } else {
+            builder.build_v2_data()
+        };
+        for file in files {
+            // A negative sequence number leaves it unassigned: the entry inherits the
+            // snapshot's from the manifest list.
+            writer.add_file(file.clone(), -1)?;
+        }
+        written.push(path);
+        manifests.push(writer.write_manifest_file().await?);
+    }
+    manifests.extend(current_manifests(table).await?);
+
+    let list_path = format!("{metadata_dir}/snap-{snapshot_id}-1-{commit_uuid}.avro");
+    let mut list = ManifestListWriter::v2(
+        table.io.new_output(&list_path)?.writer().await?,
+        snapshot_id,
+        parent,
+        sequence_number,
+    );
+    list.add_manifests(manifests.into_iter())?;
+    list.close().await?;
+    written.push(list_path.clone());
+
+    let operation = match (delta.data_files.is_empty(), delta.delete_files.is_empty()) {
+        (_, true) => Operation::Append,
+        (true, false) => Operation::Delete,
+        (false, false) => Operation::Overwrite,
+    };
+    let mut properties = counters(delta);
+    properties.extend(delta.properties.clone());
+    let snapshot = Snapshot::builder()
+        .with_snapshot_id(snapshot_id)
+        .with_parent_snapshot_id(parent)
+        .with_sequence_number(sequence_number)
+        .with_timestamp_ms(now_ms())
+        .with_manifest_list(list_path)
+        .with_summary(Summary {
+            operation,
+            additional_properties: properties,
+        })
+        .with_schema_id(metadata.current_schema_id())
+        .build();
+    let commit = TableCommit {
+        ident: table.ident.clone(),
+        requirements: vec![
+            TableRequirement::UuidMatch {
+                uuid: metadata.uuid(),
+            },
+            TableRequirement::RefSnapshotIdMatch {
+                r#ref: "main".to_string(),
+                snapshot_id: parent,
+            },
+        ],
+        updates: vec![
+            TableUpdate::AddSnapshot { snapshot },
+            TableUpdate::SetSnapshotRef {
+                ref_name: "main".to_string(),
+                reference: SnapshotReference::new(
+                    snapshot_id,
+                    SnapshotRetention::Branch {
+                        min_snapshots_to_keep: None,
+                        max_snapshot_age_ms: None,
+                        max_ref_age_ms: None,
+                    },
+                ),
+            },
+        ],
+    };
+    Ok(PreparedSnapshot {
+        commit,
+        snapshot_id,
+        written,
+    })
+}

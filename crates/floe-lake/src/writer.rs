@@ -1,0 +1,405 @@
+//! Writers from Arrow batches to Iceberg files: partitioned data files, equality deletes and
+//! position deletes (iceberg-rust 0.10 has no position-delete writer).
+//!
+//! Contract shared by all writers:
+//! * zstd Parquet by default, column statistics for pruning (iceberg's Parquet writer computes
+//!   them), optional bloom filters per column;
+//! * file names carry a UUID drawn per writer, so a restarted writer never overwrites a file a
+//!   previous incarnation wrote (iceberg's name counter restarts at 0);
+//! * files roll at the target size even inside one large batch (batches are fed in slices of
+//!   at most [`SLICE_ROWS`] rows, and the roll check runs before each slice);
+//! * the partitioned writer keeps at most `max_open_files` partitions open and finishes the
+//!   least recently used one when another is needed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use arrow_array::{Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema as ArrowSchema};
+use iceberg::arrow::RecordBatchPartitionSplitter;
+use iceberg::spec::{
+    DataContentType, DataFile, DataFileFormat, NestedField, PartitionKey, PrimitiveType, Schema,
+    SchemaRef, Struct, Type,
+};
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::base_writer::equality_delete_writer::{
+    EqualityDeleteFileWriterBuilder, EqualityDeleteWriterConfig,
+};
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
+
+use crate::error::{ErrorKind, LakeError, LakeResult};
+use crate::rest::LoadedTable;
+
+/// Rows handed to a file writer at once, so the roll check runs often enough.
+pub const SLICE_ROWS: usize = 8192;
+
+/// Field id of `file_path` in a position-delete file (spec, reserved).
+const POS_FILE_PATH_ID: i32 = 2_147_483_546;
+/// Field id of `pos` in a position-delete file (spec, reserved).
+const POS_POS_ID: i32 = 2_147_483_545;
+
+/// Settings of every writer.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// Roll to a new file past this many bytes.
+    pub target_file_size: usize,
+    /// Largest number of partitions open at once.
+    pub max_open_files: usize,
+    /// zstd level (1–22).
+    pub zstd_level: i32,
+    /// Columns that get a Parquet bloom filter.
+    pub bloom_filter_columns: Vec<String>,
+    /// Start of every file name, e.g. the job id.
+    pub file_prefix: String,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        Self {
+            target_file_size: 128 * 1024 * 1024,
+            max_open_files: 64,
+            zstd_level: 3,
+            bloom_filter_columns: Vec::new(),
+            file_prefix: "floe".to_string(),
+        }
+    }
+}
+
+impl WriterOptions {
+    fn parquet_properties(&self) -> LakeResult<WriterProperties> {
+        let level = ZstdLevel::try_new(self.zstd_level).map_err(|e| {
+            LakeError::new(
+                ErrorKind::Invalid,
+                format!("zstd level {}", self.zstd_level),
+            )
+            .with_source(e)
+        })?;
+        let mut builder = WriterProperties::builder().set_compression(Compression::ZSTD(level));
+        for column in &self.bloom_filter_columns {
+            builder =
+                builder.set_column_bloom_filter_enabled(ColumnPath::from(column.as_str()), true);
+        }
+        Ok(builder.build())
+    }
+
+    /// A name generator unique to this writer incarnation.
+    fn names(&self) -> DefaultFileNameGenerator {
+        DefaultFileNameGenerator::new(
+            self.file_prefix.clone(),
+            Some(uuid::Uuid::new_v4().to_string()),
+            DataFileFormat::Parquet,
+        )
+    }
+
+    fn rolling(
+        &self,
+        table: &LoadedTable,
+        schema: SchemaRef,
+    ) -> LakeResult<
+        RollingFileWriterBuilder<
+            ParquetWriterBuilder,
+            DefaultLocationGenerator,
+            DefaultFileNameGenerator,
+        >,
+    > {
+        Ok(RollingFileWriterBuilder::new(
+            ParquetWriterBuilder::new(self.parquet_properties()?, schema),
+            self.target_file_size,
+            table.io.clone(),
+            DefaultLocationGenerator::new(&table.metadata)?,
+            self.names(),
+        ))
+    }
+}
+
+struct OpenWriter<W> {
+    writer: W,
+    last_used: u64,
+}
+
+/// Fans batches out to one writer per partition, with a cap on open writers.
+pub struct PartitionedWriter<B: IcebergWriterBuilder> {
+    builder: B,
+    splitter: Option<RecordBatchPartitionSplitter>,
+    open: HashMap<Option<Struct>, OpenWriter<B::R>>,
+    max_open: usize,
+    tick: u64,
+    finished: Vec<DataFile>,
+}
+
+impl<B: IcebergWriterBuilder> std::fmt::Debug for PartitionedWriter<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionedWriter")
+            .field("open", &self.open.len())
+            .field("finished", &self.finished.len())
+            .finish()
+    }
+}
+
+/// The partitioned writer of data files.
+pub type DataWriter = PartitionedWriter<
+    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>,
+>;
+
+/// The partitioned writer of equality-delete files.
+pub type EqualityDeleteWriter = PartitionedWriter<
+    EqualityDeleteFileWriterBuilder<
+        ParquetWriterBuilder,
+        DefaultLocationGenerator,
+        DefaultFileNameGenerator,
+    >,
+>;
+
+fn splitter(
+    table: &LoadedTable,
+    schema: SchemaRef,
+) -> LakeResult<Option<RecordBatchPartitionSplitter>> {
+    let spec = table.metadata.default_partition_spec();
+    if spec.is_unpartitioned() {
+        return Ok(None);
+    }
+    Ok(Some(
+        RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec.clone())?,
+    ))
+}
+
+impl DataWriter {
+    /// A writer of data files in the table's current schema and default partition spec.
+    pub fn data(table: &LoadedTable, options: &WriterOptions) -> LakeResult<Self> {
+        let schema = table.metadata.current_schema().clone();
+        Ok(Self {
+            builder: DataFileWriterBuilder::new(options.rolling(table, schema.clone())?),
+            splitter: splitter(table, schema)?,
+            open: HashMap::new(),
+            max_open: options.max_open_files.max(1),
+            tick: 0,
+            finished: Vec::new(),
+        })
+    }
+}
+
+impl EqualityDeleteWriter {
+    /// A writer of equality deletes on the columns `key_columns`. Batches carry the key
+    /// columns plus the partition source columns, as fields of the table's current schema
+    /// (so each delete lands in the partition of the rows it deletes).
+    pub fn equality(
+        table: &LoadedTable,
+        options: &WriterOptions,
+        key_columns: &[&str],
+    ) -> LakeResult<Self> {
+        let (ids, input_schema) = equality_delete_input(table, key_columns)?;
+        let config = EqualityDeleteWriterConfig::new(ids, input_schema.clone())?;
+        let projected = Arc::new(iceberg::arrow::arrow_schema_to_schema(
+            config.projected_arrow_schema_ref(),
+        )?);
+        Ok(Self {
+            builder: EqualityDeleteFileWriterBuilder::new(
+                options.rolling(table, projected)?,
+                config,
+            ),
+            splitter: splitter(table, input_schema)?,
+            open: HashMap::new(),
+            max_open: options.max_open_files.max(1),
+            tick: 0,
+            finished: Vec::new(),
+        })
+    }
+}
+
+/// The field ids of `key_columns`, and the schema of the batches an [`EqualityDeleteWriter`]
+/// takes: the key columns plus the partition source columns, in table order.
+pub fn equality_delete_input(
+    table: &LoadedTable,
+    key_columns: &[&str],
+) -> LakeResult<(Vec<i32>, SchemaRef)> {
+    let table_schema = table.metadata.current_schema();
+    let spec = table.metadata.default_partition_spec();
+    let mut ids: Vec<i32> = Vec::new();
+    for name in key_columns {
+        let field = table_schema.field_by_name(name).ok_or_else(|| {
+            LakeError::new(
+                ErrorKind::Invalid,
+                format!("no column {name:?} in {}", table.ident),
+            )
+        })?;
+        ids.push(field.id);
+    }
+    let mut columns = ids.clone();
+    columns.extend(spec.fields().iter().map(|f| f.source_id));
+    let fields: Vec<_> = table_schema
+        .as_struct()
+        .fields()
+        .iter()
+        .filter(|f| columns.contains(&f.id))
+        .cloned()
+        .collect();
+    Ok((
+        ids,
+        Arc::new(Schema::builder().with_fields(fields).build()?),
+    ))
+}
+
+impl<B: IcebergWriterBuilder> PartitionedWriter<B> {
+    /// Writes a batch (of the writer's input schema).
+    pub async fn write(&mut self, batch: &RecordBatch) -> LakeResult<()> {
+        let parts: Vec<(Option<PartitionKey>, RecordBatch)> = match &self.splitter {
+            Some(splitter) => splitter
+                .split(batch)?
+                .into_iter()
+                .map(|(key, part)| (Some(key), part))
+                .collect(),
+            None => vec![(None, batch.clone())],
+        };
+        for (key, part) in parts {
+            let slot = key.as_ref().map(|k| k.data().clone());
+            if !self.open.contains_key(&slot) {
+                if self.open.len() >= self.max_open {
+                    self.finish_least_recent().await?;
+                }
+                let writer = self.builder.build(key.clone()).await?;
+                self.open.insert(
+                    slot.clone(),
+                    OpenWriter {
+                        writer,
+                        last_used: 0,
+                    },
+                );
+            }
+            self.tick += 1;
+            let open = self.open.get_mut(&slot).expect("inserted above");
+            open.last_used = self.tick;
+            let mut offset = 0;
+            while offset < part.num_rows() {
+                let len = SLICE_ROWS.min(part.num_rows() - offset);
+                open.writer.write(part.slice(offset, len)).await?;
+                offset += len;
+            }
+        }
+        Ok(())
+    }
+
+    async fn finish_least_recent(&mut self) -> LakeResult<()> {
+        let oldest = self
+            .open
+            .iter()
+            .min_by_key(|(_, w)| w.last_used)
+            .map(|(k, _)| k.clone());
+        if let Some(key) = oldest
+            && let Some(mut open) = self.open.remove(&key)
+        {
+            self.finished.extend(open.writer.close().await?);
+        }
+        Ok(())
+    }
+
+    /// Finishes every file and returns them all.
+    pub async fn close(mut self) -> LakeResult<Vec<DataFile>> {
+        for (_, mut open) in self.open.drain() {
+            self.finished.extend(open.writer.close().await?);
+        }
+        Ok(self.finished)
+    }
+}
+
+/// Position deletes of rows in one data file.
+#[derive(Debug, Clone)]
+pub struct PositionDeletes<'a> {
+    /// The data file holding the rows.
+    pub data_file: &'a DataFile,
+    /// Row positions (0-based) in that file.
+    pub positions: Vec<i64>,
+}
+
+fn position_delete_schema() -> LakeResult<(SchemaRef, Arc<ArrowSchema>)> {
+    let schema = Schema::builder()
+        .with_fields(vec![
+            NestedField::required(
+                POS_FILE_PATH_ID,
+                "file_path",
+                Type::Primitive(PrimitiveType::String),
+            )
+            .into(),
+            NestedField::required(POS_POS_ID, "pos", Type::Primitive(PrimitiveType::Long)).into(),
+        ])
+        .build()?;
+    let field = |name: &str, ty: DataType, id: i32| {
+        Field::new(name, ty, false).with_metadata(HashMap::from([(
+            PARQUET_FIELD_ID_META_KEY.to_string(),
+            id.to_string(),
+        )]))
+    };
+    let arrow = ArrowSchema::new(vec![
+        field("file_path", DataType::Utf8, POS_FILE_PATH_ID),
+        field("pos", DataType::Int64, POS_POS_ID),
+    ]);
+    Ok((Arc::new(schema), Arc::new(arrow)))
+}
+
+/// Writes position-delete files: one per partition, rows sorted by (file path, position) as
+/// the spec requires, `referenced_data_file` set when a file covers one data file.
+pub async fn write_position_deletes(
+    table: &LoadedTable,
+    options: &WriterOptions,
+    deletes: &[PositionDeletes<'_>],
+) -> LakeResult<Vec<DataFile>> {
+    let (schema, arrow_schema) = position_delete_schema()?;
+    let spec = table.metadata.default_partition_spec();
+    let table_schema = table.metadata.current_schema().clone();
+    let mut by_partition: BTreeMap<String, (Struct, Vec<(String, i64)>)> = BTreeMap::new();
+    for group in deletes {
+        let partition = group.data_file.partition().clone();
+        let entry = by_partition
+            .entry(format!("{partition:?}"))
+            .or_insert_with(|| (partition, Vec::new()));
+        for pos in &group.positions {
+            entry
+                .1
+                .push((group.data_file.file_path().to_string(), *pos));
+        }
+    }
+    let rolling = options.rolling(table, schema)?;
+    let mut out = Vec::new();
+    for (_, (partition, mut rows)) in by_partition {
+        rows.sort();
+        rows.dedup();
+        let key = PartitionKey::new((**spec).clone(), table_schema.clone(), partition.clone());
+        let key = (!spec.is_unpartitioned()).then_some(key);
+        let mut writer = rolling.build();
+        for chunk in rows.chunks(SLICE_ROWS) {
+            let paths = StringArray::from_iter_values(chunk.iter().map(|(p, _)| p.as_str()));
+            let positions = Int64Array::from_iter_values(chunk.iter().map(|(_, pos)| *pos));
+            let batch = RecordBatch::try_new(
+                arrow_schema.clone(),
+                vec![Arc::new(paths), Arc::new(positions)],
+            )
+            .map_err(|e| {
+                LakeError::new(ErrorKind::Invalid, "position delete batch").with_source(e)
+            })?;
+            writer.write(&key, &batch).await?;
+        }
+        let referenced = {
+            let first = rows.first().map(|(p, _)| p.clone());
+            first.filter(|p| rows.iter().all(|(q, _)| q == p))
+        };
+        for mut builder in writer.close().await? {
+            builder
+                .content(DataContentType::PositionDeletes)
+                .partition(partition.clone())
+                .partition_spec_id(spec.spec_id())
+                .referenced_data_file(referenced.clone());
+            out.push(builder.build().map_err(|e| {
+                LakeError::new(ErrorKind::Invalid, format!("position delete file: {e}"))
+            })?);
+        }
+    }
+    Ok(out)
+}
