@@ -12,6 +12,7 @@
 //! Iceberg is the truth: a commit's marker rides in its own snapshot, and after a crash or an
 //! unknown outcome the caller reloads and walks the history before deciding to re-commit.
 
+pub mod commit;
 pub mod error;
 pub mod marker;
 pub mod rest;

@@ -1,0 +1,249 @@
+//! Committing a checkpoint: every touched table gets one snapshot carrying the checkpoint's
+//! marker, in one `transactions/commit` when the catalog advertises it, else one commit per
+//! table — and never twice.
+//!
+//! The outcome rules:
+//! * **409** — another writer moved `main`: delete this attempt's manifests, back off, reload,
+//!   re-plan on the new head (after checking the files our position deletes target still
+//!   exist), retry;
+//! * **unknown** (5xx, timeout, connection lost after sending) — reload and look for this
+//!   checkpoint's marker in each table's ancestry; tables that have it are done, the others are
+//!   re-planned. This can never commit twice: every attempt asserts the `main` head it was
+//!   planned on, so if an earlier attempt lands late, the retry fails its requirement (409),
+//!   and the reload then finds the marker;
+//! * **unavailable** (nothing sent) — retry; anything else is returned.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use iceberg::spec::{DataContentType, ManifestContentType};
+
+use crate::error::{ErrorKind, LakeError, LakeResult};
+use crate::marker::{CommitMarker, newest_marker};
+use crate::rest::{CatalogClient, LoadedTable};
+use crate::snapshot::{Delta, PreparedSnapshot, current_manifests, prepare_row_delta};
+
+/// How a checkpoint reached the catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitMode {
+    /// One atomic `transactions/commit` for all tables.
+    MultiTable,
+    /// One commit per table (the catalog does not advertise multi-table commits); a crash
+    /// between two of them leaves some tables committed — the markers tell which.
+    PerTable,
+}
+
+/// Retry settings.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Attempts before giving up.
+    pub attempts: u32,
+    /// First pause; doubles each attempt.
+    pub initial_backoff: Duration,
+    /// Longest pause.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: 10,
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What a checkpoint commit did.
+#[derive(Debug, Clone)]
+pub struct CommitReport {
+    /// How the tables were committed.
+    pub mode: CommitMode,
+    /// The snapshot now carrying this checkpoint's marker, per table.
+    pub snapshots: Vec<(iceberg::TableIdent, i64)>,
+    /// Attempts it took (1 when nothing went wrong).
+    pub attempts: u32,
+}
+
+async fn discard(table: &LoadedTable, prepared: &PreparedSnapshot) {
+    for path in &prepared.written {
+        if let Err(error) = table.io.delete(path).await {
+            tracing::warn!(%path, %error, "could not delete an uncommitted manifest");
+        }
+    }
+}
+
+/// Fails if a position delete targets a data file that is not in the delta itself and is no
+/// longer live in the table (a concurrent rewrite removed it; the delete would be lost).
+async fn validate_position_targets(table: &LoadedTable, delta: &Delta) -> LakeResult<()> {
+    let own: HashSet<&str> = delta.data_files.iter().map(|f| f.file_path()).collect();
+    let targets: HashSet<String> = delta
+        .delete_files
+        .iter()
+        .filter(|f| f.content_type() == DataContentType::PositionDeletes)
+        .filter_map(|f| f.referenced_data_file())
+        .filter(|p| !own.contains(p.as_str()))
+        .collect();
+    if targets.is_empty() {
+        return Ok(());
+    }
+    let mut live = HashSet::new();
+    for manifest in current_manifests(table).await? {
+        if manifest.content != ManifestContentType::Data {
+            continue;
+        }
+        for entry in manifest.load_manifest(&table.io).await?.entries() {
+            if entry.is_alive() {
+                live.insert(entry.file_path().to_string());
+            }
+        }
+    }
+    match targets.iter().find(|t| !live.contains(*t)) {
+        Some(missing) => Err(LakeError::new(
+            ErrorKind::Invalid,
+            format!(
+                "position deletes target {missing}, which is no longer in {}; the rows must be \
+                 deleted by key instead",
+                table.ident
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Commits `tables` (each with its delta) as checkpoint `marker`, exactly once.
+pub async fn commit_checkpoint(
+    client: &CatalogClient,
+    marker: &CommitMarker,
+    tables: &[(iceberg::TableIdent, Delta)],
+    policy: &RetryPolicy,
+) -> LakeResult<CommitReport> {
+    let mode = if client.supports_transactions() {
+        CommitMode::MultiTable
+    } else {
+        CommitMode::PerTable
+    };
+    let mut done: Vec<(iceberg::TableIdent, i64)> = Vec::new();
+    let mut backoff = policy.initial_backoff;
+    for attempt in 1..=policy.attempts.max(1) {
+        // Plan every table that does not carry the marker yet, on its current head.
+        let mut pending: Vec<(LoadedTable, PreparedSnapshot)> = Vec::new();
+        let mut planning_error = None;
+        for (ident, delta) in tables {
+            if done.iter().any(|(d, _)| d == ident) {
+                continue;
+            }
+            let table = client.load_table(ident).await?;
+            if let Some(found) = newest_marker(&table.metadata, &marker.job_id)
+                && found.marker.checkpoint_id >= marker.checkpoint_id
+            {
+                done.push((ident.clone(), found.snapshot_id));
+                continue;
+            }
+            if let Err(e) = validate_position_targets(&table, delta).await {
+                planning_error = Some(e);
+                break;
+            }
+            let mut delta = delta.clone();
+            delta.properties.extend(marker.to_properties());
+            match prepare_row_delta(&table, &delta).await {
+                Ok(prepared) => pending.push((table, prepared)),
+                Err(e) => {
+                    planning_error = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(error) = planning_error {
+            for (table, prepared) in &pending {
+                discard(table, prepared).await;
+            }
+            return Err(error);
+        }
+        if pending.is_empty() {
+            return Ok(CommitReport {
+                mode,
+                snapshots: done,
+                attempts: attempt,
+            });
+        }
+
+        // A single table goes through the plain table commit in either mode.
+        let result = match mode {
+            CommitMode::MultiTable if pending.len() > 1 => {
+                let commits: Vec<_> = pending.iter().map(|(_, p)| p.commit.clone()).collect();
+                client
+                    .commit_transaction(&commits)
+                    .await
+                    .map(|()| pending.len())
+            }
+            _ => {
+                let mut committed = 0;
+                let mut outcome = Ok(0);
+                for (_, prepared) in &pending {
+                    match client.commit_table(&prepared.commit).await {
+                        Ok(()) => committed += 1,
+                        Err(e) => {
+                            outcome = Err(e);
+                            break;
+                        }
+                    }
+                }
+                outcome.map(|_| committed)
+            }
+        };
+        match result {
+            Ok(_) => {
+                done.extend(
+                    pending
+                        .iter()
+                        .map(|(t, p)| (t.ident.clone(), p.snapshot_id)),
+                );
+                return Ok(CommitReport {
+                    mode,
+                    snapshots: done,
+                    attempts: attempt,
+                });
+            }
+            Err(error) if error.retryable() => {
+                tracing::warn!(
+                    checkpoint = marker.checkpoint_id,
+                    attempt,
+                    kind = ?error.kind(),
+                    %error,
+                    "checkpoint commit did not go through, reloading"
+                );
+                // Files of a commit whose outcome is unknown may be referenced now; keep them
+                // (orphan removal collects them if not). A definite failure's files go.
+                if error.kind() != ErrorKind::CommitStateUnknown {
+                    for (table, prepared) in &pending {
+                        if client
+                            .load_table(&table.ident)
+                            .await
+                            .ok()
+                            .and_then(|t| t.metadata.snapshot_by_id(prepared.snapshot_id).cloned())
+                            .is_none()
+                        {
+                            discard(table, prepared).await;
+                        }
+                    }
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(policy.max_backoff);
+            }
+            Err(error) => {
+                for (table, prepared) in &pending {
+                    discard(table, prepared).await;
+                }
+                return Err(error);
+            }
+        }
+    }
+    Err(LakeError::new(
+        ErrorKind::Conflict,
+        format!(
+            "checkpoint {} of job {} did not commit after {} attempts",
+            marker.checkpoint_id, marker.job_id, policy.attempts
+        ),
+    ))
+}

@@ -1,0 +1,259 @@
+//! Helpers shared by floe-lake's integration tests: a catalog per backend, a client, a
+//! partitioned v2 test table, writers of rows and deletes, our scan and DuckDB's.
+
+#![allow(dead_code, unreachable_pub)]
+
+#[path = "../../../../catalog/tests/common/mod.rs"]
+pub mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{
+    Array, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use floe_lake::rest::{CatalogClient, CatalogSettings, LoadedTable};
+use floe_lake::snapshot::{Delta, prepare_row_delta};
+use floe_lake::writer::{DataWriter, EqualityDeleteWriter, WriterOptions, equality_delete_input};
+use futures::TryStreamExt;
+use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::spec::{
+    DataFile, NestedField, PrimitiveType, Schema, SchemaRef, Transform, Type, UnboundPartitionSpec,
+};
+use iceberg::{NamespaceIdent, TableIdent};
+use iceberg_catalog_rest::CreateTableRequest;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+/// A client of the harness's catalog (reached at `uri`, which may be a proxy in front of it).
+pub async fn client(h: &common::Harness, uri: &str) -> CatalogClient {
+    let mut io_properties = HashMap::new();
+    if h.config.warehouse.starts_with("s3://") {
+        io_properties.insert("s3.access-key-id".into(), "test".into());
+        io_properties.insert("s3.secret-access-key".into(), "test".into());
+    }
+    CatalogClient::connect(CatalogSettings {
+        uri: uri.to_string(),
+        io_properties,
+        ..CatalogSettings::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// Creates `ns.name`: id (identifier), region, ts, amount; partitioned by day(ts), region.
+pub async fn create_table(
+    client: &CatalogClient,
+    ns: &str,
+    name: &str,
+) -> (TableIdent, LoadedTable) {
+    client.ensure_namespace(&[ns]).await.unwrap();
+    let ident = TableIdent::new(NamespaceIdent::new(ns.into()), name.into());
+    let spec = UnboundPartitionSpec::builder()
+        .add_partition_field(3, "ts_day", Transform::Day)
+        .unwrap()
+        .add_partition_field(2, "region", Transform::Identity)
+        .unwrap()
+        .build();
+    let table = client
+        .create_table(
+            &ident,
+            &CreateTableRequest {
+                name: name.into(),
+                location: None,
+                schema: table_schema(),
+                partition_spec: Some(spec),
+                write_order: None,
+                stage_create: None,
+                properties: HashMap::from([("format-version".into(), "2".into())]),
+            },
+        )
+        .await
+        .unwrap();
+    (ident, table)
+}
+
+const DAY_US: i64 = 86_400_000_000;
+
+pub fn table_schema() -> Schema {
+    Schema::builder()
+        .with_fields(vec![
+            NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            NestedField::optional(2, "region", Type::Primitive(PrimitiveType::String)).into(),
+            NestedField::optional(3, "ts", Type::Primitive(PrimitiveType::Timestamptz)).into(),
+            NestedField::optional(4, "amount", Type::Primitive(PrimitiveType::Double)).into(),
+        ])
+        .with_identifier_field_ids(vec![1])
+        .build()
+        .unwrap()
+}
+
+pub fn region(id: i64) -> &'static str {
+    if id % 2 == 0 { "us" } else { "eu" }
+}
+
+/// Rows of `schema` (the table's, or an equality-delete input) for `ids`; `amount` tells
+/// versions of a row apart.
+pub fn batch(schema: &SchemaRef, ids: &[i64], amount: f64) -> RecordBatch {
+    let arrow = Arc::new(schema_to_arrow_schema(schema).unwrap());
+    let columns: Vec<Arc<dyn Array>> = arrow
+        .fields()
+        .iter()
+        .map(|f| -> Arc<dyn Array> {
+            match f.name().as_str() {
+                "id" => Arc::new(Int64Array::from(ids.to_vec())),
+                "region" => Arc::new(StringArray::from_iter_values(
+                    ids.iter().map(|i| region(*i)),
+                )),
+                "ts" => Arc::new(
+                    TimestampMicrosecondArray::from_iter_values(
+                        ids.iter().map(|i| 19_700 * DAY_US + i),
+                    )
+                    .with_timezone("+00:00"),
+                ),
+                "amount" => Arc::new(Float64Array::from(vec![amount; ids.len()])),
+                other => panic!("unexpected column {other}"),
+            }
+        })
+        .collect();
+    RecordBatch::try_new(arrow, columns).unwrap()
+}
+
+pub async fn write_data(table: &LoadedTable, ids: &[i64], amount: f64) -> Vec<DataFile> {
+    let mut writer = DataWriter::data(table, &WriterOptions::default()).unwrap();
+    writer
+        .write(&batch(table.metadata.current_schema(), ids, amount))
+        .await
+        .unwrap();
+    writer.close().await.unwrap()
+}
+
+pub async fn write_equality_deletes(table: &LoadedTable, ids: &[i64]) -> Vec<DataFile> {
+    let (_, input) = equality_delete_input(table, &["id"]).unwrap();
+    let mut writer =
+        EqualityDeleteWriter::equality(table, &WriterOptions::default(), &["id"]).unwrap();
+    writer.write(&batch(&input, ids, 0.0)).await.unwrap();
+    writer.close().await.unwrap()
+}
+
+/// The file holding `id` among `files`, and its row position there.
+pub async fn locate(table: &LoadedTable, files: &[DataFile], id: i64) -> (DataFile, i64) {
+    for file in files {
+        let bytes = table
+            .io
+            .new_input(file.file_path())
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .unwrap()
+            .build()
+            .unwrap();
+        let mut position = 0i64;
+        for batch in reader {
+            let batch = batch.unwrap();
+            let ids = batch
+                .column_by_name("id")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            for value in ids.values() {
+                if *value == id {
+                    return (file.clone(), position);
+                }
+                position += 1;
+            }
+        }
+    }
+    panic!("id {id} is in none of the files");
+}
+
+pub async fn commit(client: &CatalogClient, ident: &TableIdent, delta: Delta) -> LoadedTable {
+    let table = client.load_table(ident).await.unwrap();
+    let prepared = prepare_row_delta(&table, &delta).await.unwrap();
+    client.commit_table(&prepared.commit).await.unwrap();
+    let after = client.load_table(ident).await.unwrap();
+    assert_eq!(
+        after.metadata.current_snapshot_id(),
+        Some(prepared.snapshot_id)
+    );
+    after
+}
+
+/// (id, amount) pairs our own scan returns.
+pub async fn scan(table: &LoadedTable) -> Vec<(i64, f64)> {
+    let batches: Vec<RecordBatch> = table
+        .to_table()
+        .unwrap()
+        .scan()
+        .select(["id", "amount"])
+        .build()
+        .unwrap()
+        .to_arrow()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut rows = Vec::new();
+    for b in batches {
+        let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        let amounts = b.column(1).as_any().downcast_ref::<Float64Array>().unwrap();
+        rows.extend(
+            ids.values()
+                .iter()
+                .zip(amounts.values())
+                .map(|(i, a)| (*i, *a)),
+        );
+    }
+    rows.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    rows
+}
+
+/// (id, amount) pairs DuckDB 1.5.5 reads from a metadata file, or `None` without the venv.
+pub fn duckdb(metadata_location: &str, s3: bool) -> Option<Vec<(i64, f64)>> {
+    let python = match std::env::var("FLOE_TEST_PYTHON") {
+        Ok(p) => p,
+        Err(_) => {
+            assert!(
+                std::env::var("FLOE_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "FLOE_REQUIRE_SERVICES=1 but FLOE_TEST_PYTHON is not set"
+            );
+            eprintln!("note: FLOE_TEST_PYTHON unset, skipping the DuckDB read-back");
+            return None;
+        }
+    };
+    let helpers = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/services/python");
+    let script = format!(
+        "import json, duckdb_offline\n\
+         con = duckdb_offline.connect()\n\
+         {secret}\n\
+         rows = con.sql(\"SELECT id, amount FROM iceberg_scan('{metadata_location}') ORDER BY id, amount\").fetchall()\n\
+         print(json.dumps(rows))",
+        secret = if s3 {
+            "duckdb_offline.create_s3_secret(con)"
+        } else {
+            ""
+        }
+    );
+    let out = std::process::Command::new(python)
+        .args(["-c", &script])
+        .env("PYTHONPATH", helpers)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "duckdb failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<(i64, f64)> = serde_json::from_slice(&out.stdout).unwrap();
+    Some(rows)
+}
+
+pub async fn check(table: &LoadedTable, s3: bool, expected: &[(i64, f64)], step: &str) {
+    assert_eq!(scan(table).await, expected, "{step}: our scan");
+    if let Some(rows) = duckdb(table.metadata_location.as_deref().unwrap(), s3) {
+        assert_eq!(rows, expected, "{step}: DuckDB");
+    }
+}
