@@ -16,6 +16,7 @@ pub mod commit;
 pub mod error;
 pub mod marker;
 pub mod rest;
+pub mod rewrite;
 pub mod snapshot;
 pub mod writer;
 

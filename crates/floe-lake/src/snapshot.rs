@@ -59,7 +59,7 @@ pub async fn current_manifests(table: &LoadedTable) -> LakeResult<Vec<ManifestFi
     Ok(list.entries().to_vec())
 }
 
-fn fresh_snapshot_id(table: &LoadedTable) -> i64 {
+pub(crate) fn fresh_snapshot_id(table: &LoadedTable) -> i64 {
     loop {
         let id = rand::random_range(1..i64::MAX);
         if table.metadata.snapshot_by_id(id).is_none() {
@@ -139,7 +139,6 @@ pub async fn prepare_row_delta(table: &LoadedTable, delta: &Delta) -> LakeResult
     }
 
     let schema = metadata.current_schema().clone();
-    let parent = metadata.snapshot_for_ref("main").map(|s| s.snapshot_id());
     let snapshot_id = fresh_snapshot_id(table);
     let sequence_number = metadata.next_sequence_number();
     let metadata_dir = format!("{}/metadata", metadata.location().trim_end_matches('/'));
@@ -176,6 +175,55 @@ pub async fn prepare_row_delta(table: &LoadedTable, delta: &Delta) -> LakeResult
     }
     manifests.extend(current_manifests(table).await?);
 
+    let operation = match (delta.data_files.is_empty(), delta.delete_files.is_empty()) {
+        (_, true) => Operation::Append,
+        (true, false) => Operation::Delete,
+        (false, false) => Operation::Overwrite,
+    };
+    let mut properties = counters(delta);
+    properties.extend(delta.properties.clone());
+    finish(
+        table,
+        Planned {
+            snapshot_id,
+            sequence_number,
+            commit_uuid,
+            manifests,
+            written,
+        },
+        operation,
+        properties,
+    )
+    .await
+}
+
+/// A snapshot whose manifests are written; what is left is the manifest list and the commit.
+pub(crate) struct Planned {
+    pub(crate) snapshot_id: i64,
+    pub(crate) sequence_number: i64,
+    pub(crate) commit_uuid: uuid::Uuid,
+    pub(crate) manifests: Vec<ManifestFile>,
+    pub(crate) written: Vec<String>,
+}
+
+/// Writes the manifest list and builds the commit: `main` moves from its current head to the
+/// new snapshot, asserting the table UUID and that head.
+pub(crate) async fn finish(
+    table: &LoadedTable,
+    planned: Planned,
+    operation: Operation,
+    properties: HashMap<String, String>,
+) -> LakeResult<PreparedSnapshot> {
+    let metadata = &table.metadata;
+    let Planned {
+        snapshot_id,
+        sequence_number,
+        commit_uuid,
+        manifests,
+        mut written,
+    } = planned;
+    let parent = metadata.snapshot_for_ref("main").map(|s| s.snapshot_id());
+    let metadata_dir = format!("{}/metadata", metadata.location().trim_end_matches('/'));
     let list_path = format!("{metadata_dir}/snap-{snapshot_id}-1-{commit_uuid}.avro");
     let mut list = ManifestListWriter::v2(
         table.io.new_output(&list_path)?.writer().await?,
@@ -186,14 +234,6 @@ pub async fn prepare_row_delta(table: &LoadedTable, delta: &Delta) -> LakeResult
     list.add_manifests(manifests.into_iter())?;
     list.close().await?;
     written.push(list_path.clone());
-
-    let operation = match (delta.data_files.is_empty(), delta.delete_files.is_empty()) {
-        (_, true) => Operation::Append,
-        (true, false) => Operation::Delete,
-        (false, false) => Operation::Overwrite,
-    };
-    let mut properties = counters(delta);
-    properties.extend(delta.properties.clone());
     let snapshot = Snapshot::builder()
         .with_snapshot_id(snapshot_id)
         .with_parent_snapshot_id(parent)

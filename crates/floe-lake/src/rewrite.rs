@@ -1,0 +1,311 @@
+//! RewriteFiles: replace data files (and the delete files that applied only to them) with new
+//! files holding the same rows with those deletes applied — the commit behind compaction —
+//! without ever bringing a deleted row back.
+//!
+//! The rules that keep rows deleted:
+//! * the new files take the **starting snapshot's sequence number** as their data sequence
+//!   number, so every equality delete committed after the rewrite began (a higher sequence
+//!   number) still applies to them, and deletes the rewrite already applied (lower or equal)
+//!   do not apply twice;
+//! * the commit is **validated** against everything committed since the starting snapshot:
+//!   it fails with [`ErrorKind::Conflict`] if a file it replaces is gone (another rewrite) or
+//!   if a position delete that may target a replaced file was added (its positions would not
+//!   carry over to the new files). The caller then plans afresh;
+//! * a 409 from the catalog only re-validates and retries on the new head; an unknown outcome
+//!   looks for the rewrite's id in the ancestry before retrying.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use iceberg::spec::{
+    DataContentType, DataFile, ManifestContentType, ManifestWriterBuilder, Operation,
+};
+
+use crate::error::{ErrorKind, LakeError, LakeResult};
+use crate::rest::{CatalogClient, LoadedTable};
+use crate::snapshot::{Planned, PreparedSnapshot, current_manifests, finish, fresh_snapshot_id};
+
+/// Summary key carrying a rewrite's unique id (found again after an unknown outcome).
+pub const REWRITE_ID: &str = "floe.rewrite-id";
+
+/// A replacement of files planned on one snapshot.
+#[derive(Debug, Clone)]
+pub struct Rewrite {
+    /// Unique id of this rewrite (recorded in the snapshot summary).
+    pub id: uuid::Uuid,
+    /// The snapshot the plan read.
+    pub starting_snapshot_id: i64,
+    /// Data files replaced by `added_data_files`.
+    pub removed_data_files: Vec<DataFile>,
+    /// Delete files that applied only to removed data files (already applied in the output).
+    pub removed_delete_files: Vec<DataFile>,
+    /// The new data files.
+    pub added_data_files: Vec<DataFile>,
+    /// Extra summary properties.
+    pub properties: HashMap<String, String>,
+}
+
+fn conflict(table: &LoadedTable, what: String) -> LakeError {
+    LakeError::new(
+        ErrorKind::Conflict,
+        format!(
+            "rewrite of {} is no longer valid: {what}; plan it again",
+            table.ident
+        ),
+    )
+}
+
+/// Checks the rewrite against the table's current head and writes its snapshot.
+pub async fn prepare_rewrite(
+    table: &LoadedTable,
+    rewrite: &Rewrite,
+) -> LakeResult<PreparedSnapshot> {
+    let metadata = &table.metadata;
+    let start = metadata
+        .snapshot_by_id(rewrite.starting_snapshot_id)
+        .ok_or_else(|| {
+            conflict(
+                table,
+                format!("starting snapshot {} is gone", rewrite.starting_snapshot_id),
+            )
+        })?;
+    let start_sequence = start.sequence_number();
+    if rewrite
+        .added_data_files
+        .iter()
+        .any(|f| f.content_type() != DataContentType::Data)
+        || rewrite
+            .removed_data_files
+            .iter()
+            .any(|f| f.content_type() != DataContentType::Data)
+        || rewrite
+            .removed_delete_files
+            .iter()
+            .any(|f| f.content_type() == DataContentType::Data)
+    {
+        return Err(LakeError::new(
+            ErrorKind::Invalid,
+            "a rewrite mixed up data and delete files",
+        ));
+    }
+    let removed: HashSet<&str> = rewrite
+        .removed_data_files
+        .iter()
+        .chain(&rewrite.removed_delete_files)
+        .map(DataFile::file_path)
+        .collect();
+    let removed_partitions: Vec<&iceberg::spec::Struct> = rewrite
+        .removed_data_files
+        .iter()
+        .map(DataFile::partition)
+        .collect();
+    let removed_data: HashSet<&str> = rewrite
+        .removed_data_files
+        .iter()
+        .map(DataFile::file_path)
+        .collect();
+
+    let snapshot_id = fresh_snapshot_id(table);
+    let sequence_number = metadata.next_sequence_number();
+    let commit_uuid = uuid::Uuid::new_v4();
+    let metadata_dir = format!("{}/metadata", metadata.location().trim_end_matches('/'));
+    let schema = metadata.current_schema().clone();
+    let mut manifests = Vec::new();
+    let mut written = Vec::new();
+    let mut found: HashSet<String> = HashSet::new();
+
+    for (index, manifest) in current_manifests(table).await?.into_iter().enumerate() {
+        let loaded = manifest.load_manifest(&table.io).await?;
+        let entries = loaded.entries();
+        for entry in entries.iter().filter(|e| e.is_alive()) {
+            if removed.contains(entry.file_path()) {
+                found.insert(entry.file_path().to_string());
+            }
+            // A position delete added after the start may target a replaced file.
+            let newer = entry.sequence_number().is_some_and(|s| s > start_sequence);
+            if newer && entry.content_type() == DataContentType::PositionDeletes {
+                let file = entry.data_file();
+                let may_target = match file.referenced_data_file() {
+                    Some(target) => removed_data.contains(target.as_str()),
+                    None => removed_partitions.contains(&file.partition()),
+                };
+                if may_target {
+                    return Err(conflict(
+                        table,
+                        format!(
+                            "position deletes {} were committed against files it replaces",
+                            file.file_path()
+                        ),
+                    ));
+                }
+            }
+        }
+        if !entries
+            .iter()
+            .any(|e| e.is_alive() && removed.contains(e.file_path()))
+        {
+            manifests.push(manifest);
+            continue;
+        }
+        // Rewrite this manifest: replaced files become DELETED, the rest stay EXISTING.
+        let spec = metadata
+            .partition_spec_by_id(manifest.partition_spec_id)
+            .ok_or_else(|| {
+                LakeError::new(
+                    ErrorKind::Invalid,
+                    format!("unknown partition spec {}", manifest.partition_spec_id),
+                )
+            })?;
+        let path = format!("{metadata_dir}/{commit_uuid}-r{index}.avro");
+        let builder = ManifestWriterBuilder::new(
+            table.io.new_output(&path)?,
+            Some(snapshot_id),
+            schema.clone(),
+            (**spec).clone(),
+        );
+        let mut writer = match manifest.content {
+            ManifestContentType::Data => builder.build_v2_data(),
+            ManifestContentType::Deletes => builder.build_v2_deletes(),
+        };
+        for entry in entries.iter().filter(|e| e.is_alive()) {
+            let (Some(seq), Some(snapshot)) = (entry.sequence_number(), entry.snapshot_id()) else {
+                return Err(LakeError::new(
+                    ErrorKind::Invalid,
+                    format!(
+                        "manifest entry {} has no sequence number",
+                        entry.file_path()
+                    ),
+                ));
+            };
+            let file_seq = entry.file_sequence_number.or(Some(seq));
+            if removed.contains(entry.file_path()) {
+                writer.add_delete_file(entry.data_file().clone(), seq, file_seq)?;
+            } else {
+                writer.add_existing_file(entry.data_file().clone(), snapshot, seq, file_seq)?;
+            }
+        }
+        written.push(path);
+        manifests.push(writer.write_manifest_file().await?);
+    }
+    if let Some(missing) = removed.iter().find(|p| !found.contains(**p)) {
+        return Err(conflict(
+            table,
+            format!("{missing} is no longer in the table"),
+        ));
+    }
+    if !rewrite.added_data_files.is_empty() {
+        let path = format!("{metadata_dir}/{commit_uuid}-m0.avro");
+        let spec = metadata.default_partition_spec();
+        let mut writer = ManifestWriterBuilder::new(
+            table.io.new_output(&path)?,
+            Some(snapshot_id),
+            schema.clone(),
+            (**spec).clone(),
+        )
+        .build_v2_data();
+        for file in &rewrite.added_data_files {
+            // The starting snapshot's sequence number: later deletes still apply.
+            writer.add_file(file.clone(), start_sequence)?;
+        }
+        written.push(path);
+        manifests.insert(0, writer.write_manifest_file().await?);
+    }
+
+    let mut properties = rewrite.properties.clone();
+    properties.insert(REWRITE_ID.to_string(), rewrite.id.to_string());
+    let count = |files: &[DataFile]| files.len().to_string();
+    let records = |files: &[DataFile]| {
+        files
+            .iter()
+            .map(DataFile::record_count)
+            .sum::<u64>()
+            .to_string()
+    };
+    properties.insert("added-data-files".into(), count(&rewrite.added_data_files));
+    properties.insert("added-records".into(), records(&rewrite.added_data_files));
+    properties.insert(
+        "deleted-data-files".into(),
+        count(&rewrite.removed_data_files),
+    );
+    properties.insert(
+        "deleted-records".into(),
+        records(&rewrite.removed_data_files),
+    );
+    properties.insert(
+        "removed-delete-files".into(),
+        count(&rewrite.removed_delete_files),
+    );
+    finish(
+        table,
+        Planned {
+            snapshot_id,
+            sequence_number,
+            commit_uuid,
+            manifests,
+            written,
+        },
+        Operation::Replace,
+        properties,
+    )
+    .await
+}
+
+fn landed(table: &LoadedTable, rewrite: &Rewrite) -> Option<i64> {
+    let mut next = table
+        .metadata
+        .snapshot_for_ref("main")
+        .map(|s| s.snapshot_id());
+    let id = rewrite.id.to_string();
+    while let Some(snapshot_id) = next {
+        let snapshot = table.metadata.snapshot_by_id(snapshot_id)?;
+        if snapshot.summary().additional_properties.get(REWRITE_ID) == Some(&id) {
+            return Some(snapshot_id);
+        }
+        if snapshot_id == rewrite.starting_snapshot_id {
+            return None;
+        }
+        next = snapshot.parent_snapshot_id();
+    }
+    None
+}
+
+/// Commits a rewrite: validated on every attempt, retried on 409 and unknown outcomes, never
+/// twice. Returns the new snapshot id.
+pub async fn commit_rewrite(
+    client: &CatalogClient,
+    ident: &iceberg::TableIdent,
+    rewrite: &Rewrite,
+    attempts: u32,
+) -> LakeResult<i64> {
+    let mut backoff = Duration::from_millis(50);
+    for attempt in 1..=attempts.max(1) {
+        let table = client.load_table(ident).await?;
+        if let Some(snapshot_id) = landed(&table, rewrite) {
+            return Ok(snapshot_id);
+        }
+        let prepared = prepare_rewrite(&table, rewrite).await?;
+        match client.commit_table(&prepared.commit).await {
+            Ok(()) => return Ok(prepared.snapshot_id),
+            Err(error) if error.retryable() => {
+                tracing::warn!(table = %ident, attempt, %error, "rewrite commit did not go through, retrying");
+                if error.kind() != ErrorKind::CommitStateUnknown {
+                    for path in &prepared.written {
+                        let _ = table.io.delete(path).await;
+                    }
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(error) => {
+                for path in &prepared.written {
+                    let _ = table.io.delete(path).await;
+                }
+                return Err(error);
+            }
+        }
+    }
+    Err(LakeError::new(
+        ErrorKind::Conflict,
+        format!("rewrite of {ident} did not commit after {attempts} attempts"),
+    ))
+}

@@ -1,0 +1,250 @@
+//! RewriteFiles: a compaction that applies deletes keeps exactly the live rows; racing an
+//! equality delete keeps the row deleted; racing a position delete on a replaced file fails
+//! validation instead of resurrecting the row; a file can be replaced only once.
+
+mod support;
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use floe_lake::ErrorKind;
+use floe_lake::rest::{CatalogClient, LoadedTable};
+use floe_lake::rewrite::{Rewrite, commit_rewrite};
+use floe_lake::snapshot::{Delta, current_manifests};
+use floe_lake::writer::{DataWriter, PositionDeletes, WriterOptions, write_position_deletes};
+use futures::TryStreamExt;
+use iceberg::TableIdent;
+use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::spec::{DataContentType, DataFile};
+use support::common::{Harness, backends};
+use support::{check, commit, create_table, locate, scan, write_data, write_equality_deletes};
+
+/// Live data files and delete files of the current snapshot.
+async fn live_files(table: &LoadedTable) -> (Vec<DataFile>, Vec<DataFile>) {
+    let (mut data, mut deletes) = (Vec::new(), Vec::new());
+    for manifest in current_manifests(table).await.unwrap() {
+        for entry in manifest.load_manifest(&table.io).await.unwrap().entries() {
+            if entry.is_alive() {
+                match entry.content_type() {
+                    DataContentType::Data => data.push(entry.data_file().clone()),
+                    _ => deletes.push(entry.data_file().clone()),
+                }
+            }
+        }
+    }
+    (data, deletes)
+}
+
+/// Plans a compaction of the whole table: read the live rows, write them anew, replace every
+/// data and delete file.
+async fn plan_full_rewrite(table: &LoadedTable) -> Rewrite {
+    let (data, deletes) = live_files(table).await;
+    let arrow = Arc::new(schema_to_arrow_schema(table.metadata.current_schema()).unwrap());
+    let batches: Vec<RecordBatch> = table
+        .to_table()
+        .unwrap()
+        .scan()
+        .select_all()
+        .build()
+        .unwrap()
+        .to_arrow()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut writer = DataWriter::data(table, &WriterOptions::default()).unwrap();
+    for batch in batches {
+        writer
+            .write(&RecordBatch::try_new(arrow.clone(), batch.columns().to_vec()).unwrap())
+            .await
+            .unwrap();
+    }
+    Rewrite {
+        id: uuid::Uuid::new_v4(),
+        starting_snapshot_id: table.metadata.current_snapshot_id().unwrap(),
+        removed_data_files: data,
+        removed_delete_files: deletes,
+        added_data_files: writer.close().await.unwrap(),
+        properties: Default::default(),
+    }
+}
+
+/// A table with several small files and every kind of delete: rows 1..=8 at amount 1.0,
+/// id 2 deleted by position, id 3 by equality, id 4 upserted to 2.0.
+async fn messy_table(client: &CatalogClient, name: &str) -> (TableIdent, LoadedTable) {
+    let (ident, table) = create_table(client, "compact", name).await;
+    let first = write_data(&table, &[1, 2, 3, 4], 1.0).await;
+    let table = commit(
+        client,
+        &ident,
+        Delta {
+            data_files: first.clone(),
+            ..Delta::default()
+        },
+    )
+    .await;
+    let table = commit(
+        client,
+        &ident,
+        Delta {
+            data_files: write_data(&table, &[5, 6, 7, 8], 1.0).await,
+            ..Delta::default()
+        },
+    )
+    .await;
+    let (file, pos) = locate(&table, &first, 2).await;
+    let pos_deletes = write_position_deletes(
+        &table,
+        &WriterOptions::default(),
+        &[PositionDeletes {
+            data_file: &file,
+            positions: vec![pos],
+        }],
+    )
+    .await
+    .unwrap();
+    let table = commit(
+        client,
+        &ident,
+        Delta {
+            delete_files: pos_deletes,
+            ..Delta::default()
+        },
+    )
+    .await;
+    let table = commit(
+        client,
+        &ident,
+        Delta {
+            delete_files: write_equality_deletes(&table, &[3]).await,
+            ..Delta::default()
+        },
+    )
+    .await;
+    let upsert = Delta {
+        data_files: write_data(&table, &[4], 2.0).await,
+        delete_files: write_equality_deletes(&table, &[4]).await,
+        ..Delta::default()
+    };
+    let table = commit(client, &ident, upsert).await;
+    (ident, table)
+}
+
+const AFTER_MESS: &[(i64, f64)] = &[(1, 1.0), (4, 2.0), (5, 1.0), (6, 1.0), (7, 1.0), (8, 1.0)];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrite_applies_deletes_and_keeps_every_live_row() {
+    for backend in backends() {
+        let h = Harness::start(&backend).await;
+        let s3 = h.config.warehouse.starts_with("s3://");
+        let client = support::client(&h, &h.catalog.uri()).await;
+        let (ident, table) = messy_table(&client, "full").await;
+        check(&table, s3, AFTER_MESS, "before").await;
+        let (data_before, deletes_before) = live_files(&table).await;
+        let rewrite = plan_full_rewrite(&table).await;
+        let snapshot = commit_rewrite(&client, &ident, &rewrite, 5).await.unwrap();
+        let table = client.load_table(&ident).await.unwrap();
+        assert_eq!(table.metadata.current_snapshot_id(), Some(snapshot));
+        check(&table, s3, AFTER_MESS, "after rewrite").await;
+        let (data_after, deletes_after) = live_files(&table).await;
+        assert!(
+            deletes_after.is_empty(),
+            "[{}] delete files remain",
+            backend.label
+        );
+        assert!(
+            data_after.len() < data_before.len(),
+            "[{}] {} -> {}",
+            backend.label,
+            data_before.len(),
+            data_after.len()
+        );
+        assert!(!deletes_before.is_empty());
+        h.catalog.stop().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewrite_racing_an_equality_delete_keeps_the_row_deleted() {
+    let h = Harness::start(&backends()[0]).await;
+    let client = support::client(&h, &h.catalog.uri()).await;
+    let (ident, table) = messy_table(&client, "race_eq").await;
+    let rewrite = plan_full_rewrite(&table).await;
+    // While the compactor works: delete 1 and upsert 5 by key.
+    let concurrent = Delta {
+        data_files: write_data(&table, &[5], 3.0).await,
+        delete_files: write_equality_deletes(&table, &[1, 5]).await,
+        ..Delta::default()
+    };
+    commit(&client, &ident, concurrent).await;
+    commit_rewrite(&client, &ident, &rewrite, 5).await.unwrap();
+    let table = client.load_table(&ident).await.unwrap();
+    check(
+        &table,
+        false,
+        &[(4, 2.0), (5, 3.0), (6, 1.0), (7, 1.0), (8, 1.0)],
+        "rewrite after a concurrent delete",
+    )
+    .await;
+    h.catalog.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewrite_racing_a_position_delete_fails_validation() {
+    let h = Harness::start(&backends()[0]).await;
+    let client = support::client(&h, &h.catalog.uri()).await;
+    let (ident, table) = messy_table(&client, "race_pos").await;
+    let rewrite = plan_full_rewrite(&table).await;
+    let (data, _) = live_files(&table).await;
+    let (file, pos) = locate(&table, &data, 7).await;
+    let deletes = write_position_deletes(
+        &table,
+        &WriterOptions::default(),
+        &[PositionDeletes {
+            data_file: &file,
+            positions: vec![pos],
+        }],
+    )
+    .await
+    .unwrap();
+    commit(
+        &client,
+        &ident,
+        Delta {
+            delete_files: deletes,
+            ..Delta::default()
+        },
+    )
+    .await;
+    let error = commit_rewrite(&client, &ident, &rewrite, 5)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Conflict, "{error}");
+    let expected: Vec<(i64, f64)> = AFTER_MESS
+        .iter()
+        .copied()
+        .filter(|(id, _)| *id != 7)
+        .collect();
+    let table = client.load_table(&ident).await.unwrap();
+    check(&table, false, &expected, "failed rewrite changed nothing").await;
+    // Planned again on the new state, it goes through.
+    let rewrite = plan_full_rewrite(&table).await;
+    commit_rewrite(&client, &ident, &rewrite, 5).await.unwrap();
+    let table = client.load_table(&ident).await.unwrap();
+    check(&table, false, &expected, "second plan").await;
+    // The same plan cannot be applied twice over: its input files are gone.
+    let stale = Rewrite {
+        id: uuid::Uuid::new_v4(),
+        ..rewrite
+    };
+    let error = commit_rewrite(&client, &ident, &stale, 5)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Conflict, "{error}");
+    assert_eq!(
+        scan(&client.load_table(&ident).await.unwrap()).await,
+        expected
+    );
+    h.catalog.stop().await.unwrap();
+}
