@@ -65,8 +65,8 @@ pub struct CommitReport {
     pub attempts: u32,
 }
 
-async fn discard(table: &LoadedTable, prepared: &PreparedSnapshot) {
-    for path in &prepared.written {
+async fn discard(table: &LoadedTable, written: &[String]) {
+    for path in written {
         if let Err(error) = table.io.delete(path).await {
             tracing::warn!(%path, %error, "could not delete an uncommitted manifest");
         }
@@ -156,7 +156,7 @@ pub async fn commit_checkpoint(
         }
         if let Some(error) = planning_error {
             for (table, prepared) in &pending {
-                discard(table, prepared).await;
+                discard(table, &prepared.written).await;
             }
             return Err(error);
         }
@@ -224,7 +224,7 @@ pub async fn commit_checkpoint(
                             .and_then(|t| t.metadata.snapshot_by_id(prepared.snapshot_id).cloned())
                             .is_none()
                         {
-                            discard(table, prepared).await;
+                            discard(table, &prepared.written).await;
                         }
                     }
                 }
@@ -233,7 +233,7 @@ pub async fn commit_checkpoint(
             }
             Err(error) => {
                 for (table, prepared) in &pending {
-                    discard(table, prepared).await;
+                    discard(table, &prepared.written).await;
                 }
                 return Err(error);
             }
@@ -244,6 +244,96 @@ pub async fn commit_checkpoint(
         format!(
             "checkpoint {} of job {} did not commit after {} attempts",
             marker.checkpoint_id, marker.job_id, policy.attempts
+        ),
+    ))
+}
+
+/// A change to one table that is planned on its current head and can be re-planned: a rewrite,
+/// a manifest rewrite, an expiry.
+pub trait TableOperation: Sync {
+    /// A short name for logs.
+    fn name(&self) -> &'static str;
+
+    /// Plans (validates and writes the files of) the change on `table`'s current head;
+    /// `None` when there is nothing to do.
+    fn plan(
+        &self,
+        table: &LoadedTable,
+    ) -> impl std::future::Future<Output = LakeResult<Option<PreparedCommit>>> + Send;
+
+    /// The snapshot by which this operation already landed, if it did (checked before each
+    /// attempt, so an unknown outcome is never applied twice).
+    fn landed(&self, _table: &LoadedTable) -> Option<i64> {
+        None
+    }
+}
+
+/// A planned change to one table: the commit to send and the files written for it.
+#[derive(Debug, Clone)]
+pub struct PreparedCommit {
+    /// Requirements and updates.
+    pub commit: crate::rest::TableCommit,
+    /// Files written for it; deleted if the commit definitely failed.
+    pub written: Vec<String>,
+    /// The snapshot it adds, if it adds one.
+    pub snapshot_id: Option<i64>,
+}
+
+impl From<PreparedSnapshot> for PreparedCommit {
+    fn from(p: PreparedSnapshot) -> Self {
+        Self {
+            commit: p.commit,
+            written: p.written,
+            snapshot_id: Some(p.snapshot_id),
+        }
+    }
+}
+
+/// Commits a [`TableOperation`]: retried on 409 and unknown outcomes with a fresh plan, never
+/// applied twice. Returns the operation's snapshot, if it made one.
+pub async fn commit_operation(
+    client: &CatalogClient,
+    ident: &iceberg::TableIdent,
+    operation: &impl TableOperation,
+    policy: &RetryPolicy,
+) -> LakeResult<Option<i64>> {
+    let mut backoff = policy.initial_backoff;
+    for attempt in 1..=policy.attempts.max(1) {
+        let table = client.load_table(ident).await?;
+        if let Some(snapshot_id) = operation.landed(&table) {
+            return Ok(Some(snapshot_id));
+        }
+        let Some(prepared) = operation.plan(&table).await? else {
+            return Ok(None);
+        };
+        match client.commit_table(&prepared.commit).await {
+            Ok(()) => return Ok(prepared.snapshot_id),
+            Err(error) if error.retryable() => {
+                tracing::warn!(
+                    table = %ident,
+                    operation = operation.name(),
+                    attempt,
+                    %error,
+                    "commit did not go through, re-planning"
+                );
+                if error.kind() != ErrorKind::CommitStateUnknown {
+                    discard(&table, &prepared.written).await;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(policy.max_backoff);
+            }
+            Err(error) => {
+                discard(&table, &prepared.written).await;
+                return Err(error);
+            }
+        }
+    }
+    Err(LakeError::new(
+        ErrorKind::Conflict,
+        format!(
+            "{} of {ident} did not commit after {} attempts",
+            operation.name(),
+            policy.attempts
         ),
     ))
 }

@@ -14,7 +14,10 @@
 
 pub mod commit;
 pub mod error;
+pub mod expire;
+pub mod manifests;
 pub mod marker;
+pub mod orphans;
 pub mod rest;
 pub mod rewrite;
 pub mod snapshot;

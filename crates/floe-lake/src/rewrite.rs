@@ -11,18 +11,18 @@
 //!   it fails with [`ErrorKind::Conflict`] if a file it replaces is gone (another rewrite) or
 //!   if a position delete that may target a replaced file was added (its positions would not
 //!   carry over to the new files). The caller then plans afresh;
-//! * a 409 from the catalog only re-validates and retries on the new head; an unknown outcome
-//!   looks for the rewrite's id in the ancestry before retrying.
+//! * committed through [`crate::commit::commit_operation`]: a 409 re-validates and retries on
+//!   the new head; an unknown outcome looks for the rewrite's id in the ancestry first.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
 use iceberg::spec::{
     DataContentType, DataFile, ManifestContentType, ManifestWriterBuilder, Operation,
 };
 
+use crate::commit::{PreparedCommit, TableOperation};
 use crate::error::{ErrorKind, LakeError, LakeResult};
-use crate::rest::{CatalogClient, LoadedTable};
+use crate::rest::LoadedTable;
 use crate::snapshot::{Planned, PreparedSnapshot, current_manifests, finish, fresh_snapshot_id};
 
 /// Summary key carrying a rewrite's unique id (found again after an unknown outcome).
@@ -250,62 +250,31 @@ pub async fn prepare_rewrite(
     .await
 }
 
-fn landed(table: &LoadedTable, rewrite: &Rewrite) -> Option<i64> {
-    let mut next = table
-        .metadata
-        .snapshot_for_ref("main")
-        .map(|s| s.snapshot_id());
-    let id = rewrite.id.to_string();
-    while let Some(snapshot_id) = next {
-        let snapshot = table.metadata.snapshot_by_id(snapshot_id)?;
-        if snapshot.summary().additional_properties.get(REWRITE_ID) == Some(&id) {
-            return Some(snapshot_id);
-        }
-        if snapshot_id == rewrite.starting_snapshot_id {
-            return None;
-        }
-        next = snapshot.parent_snapshot_id();
+impl TableOperation for Rewrite {
+    fn name(&self) -> &'static str {
+        "rewrite"
     }
-    None
-}
 
-/// Commits a rewrite: validated on every attempt, retried on 409 and unknown outcomes, never
-/// twice. Returns the new snapshot id.
-pub async fn commit_rewrite(
-    client: &CatalogClient,
-    ident: &iceberg::TableIdent,
-    rewrite: &Rewrite,
-    attempts: u32,
-) -> LakeResult<i64> {
-    let mut backoff = Duration::from_millis(50);
-    for attempt in 1..=attempts.max(1) {
-        let table = client.load_table(ident).await?;
-        if let Some(snapshot_id) = landed(&table, rewrite) {
-            return Ok(snapshot_id);
-        }
-        let prepared = prepare_rewrite(&table, rewrite).await?;
-        match client.commit_table(&prepared.commit).await {
-            Ok(()) => return Ok(prepared.snapshot_id),
-            Err(error) if error.retryable() => {
-                tracing::warn!(table = %ident, attempt, %error, "rewrite commit did not go through, retrying");
-                if error.kind() != ErrorKind::CommitStateUnknown {
-                    for path in &prepared.written {
-                        let _ = table.io.delete(path).await;
-                    }
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-            Err(error) => {
-                for path in &prepared.written {
-                    let _ = table.io.delete(path).await;
-                }
-                return Err(error);
-            }
-        }
+    async fn plan(&self, table: &LoadedTable) -> LakeResult<Option<PreparedCommit>> {
+        prepare_rewrite(table, self).await.map(|p| Some(p.into()))
     }
-    Err(LakeError::new(
-        ErrorKind::Conflict,
-        format!("rewrite of {ident} did not commit after {attempts} attempts"),
-    ))
+
+    fn landed(&self, table: &LoadedTable) -> Option<i64> {
+        let mut next = table
+            .metadata
+            .snapshot_for_ref("main")
+            .map(|s| s.snapshot_id());
+        let id = self.id.to_string();
+        while let Some(snapshot_id) = next {
+            let snapshot = table.metadata.snapshot_by_id(snapshot_id)?;
+            if snapshot.summary().additional_properties.get(REWRITE_ID) == Some(&id) {
+                return Some(snapshot_id);
+            }
+            if snapshot_id == self.starting_snapshot_id {
+                return None;
+            }
+            next = snapshot.parent_snapshot_id();
+        }
+        None
+    }
 }

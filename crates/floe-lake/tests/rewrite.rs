@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use floe_lake::ErrorKind;
+use floe_lake::commit::{RetryPolicy, commit_operation};
 use floe_lake::rest::{CatalogClient, LoadedTable};
-use floe_lake::rewrite::{Rewrite, commit_rewrite};
+use floe_lake::rewrite::Rewrite;
 use floe_lake::snapshot::{Delta, current_manifests};
 use floe_lake::writer::{DataWriter, PositionDeletes, WriterOptions, write_position_deletes};
 use futures::TryStreamExt;
@@ -143,7 +144,10 @@ async fn rewrite_applies_deletes_and_keeps_every_live_row() {
         check(&table, s3, AFTER_MESS, "before").await;
         let (data_before, deletes_before) = live_files(&table).await;
         let rewrite = plan_full_rewrite(&table).await;
-        let snapshot = commit_rewrite(&client, &ident, &rewrite, 5).await.unwrap();
+        let snapshot = commit_operation(&client, &ident, &rewrite, &RetryPolicy::default())
+            .await
+            .unwrap()
+            .unwrap();
         let table = client.load_table(&ident).await.unwrap();
         assert_eq!(table.metadata.current_snapshot_id(), Some(snapshot));
         check(&table, s3, AFTER_MESS, "after rewrite").await;
@@ -178,7 +182,9 @@ async fn a_rewrite_racing_an_equality_delete_keeps_the_row_deleted() {
         ..Delta::default()
     };
     commit(&client, &ident, concurrent).await;
-    commit_rewrite(&client, &ident, &rewrite, 5).await.unwrap();
+    commit_operation(&client, &ident, &rewrite, &RetryPolicy::default())
+        .await
+        .unwrap();
     let table = client.load_table(&ident).await.unwrap();
     check(
         &table,
@@ -217,7 +223,7 @@ async fn a_rewrite_racing_a_position_delete_fails_validation() {
         },
     )
     .await;
-    let error = commit_rewrite(&client, &ident, &rewrite, 5)
+    let error = commit_operation(&client, &ident, &rewrite, &RetryPolicy::default())
         .await
         .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Conflict, "{error}");
@@ -230,7 +236,9 @@ async fn a_rewrite_racing_a_position_delete_fails_validation() {
     check(&table, false, &expected, "failed rewrite changed nothing").await;
     // Planned again on the new state, it goes through.
     let rewrite = plan_full_rewrite(&table).await;
-    commit_rewrite(&client, &ident, &rewrite, 5).await.unwrap();
+    commit_operation(&client, &ident, &rewrite, &RetryPolicy::default())
+        .await
+        .unwrap();
     let table = client.load_table(&ident).await.unwrap();
     check(&table, false, &expected, "second plan").await;
     // The same plan cannot be applied twice over: its input files are gone.
@@ -238,7 +246,7 @@ async fn a_rewrite_racing_a_position_delete_fails_validation() {
         id: uuid::Uuid::new_v4(),
         ..rewrite
     };
-    let error = commit_rewrite(&client, &ident, &stale, 5)
+    let error = commit_operation(&client, &ident, &stale, &RetryPolicy::default())
         .await
         .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Conflict, "{error}");
