@@ -4,72 +4,18 @@
 
 mod support;
 
-use std::sync::Arc;
-
-use arrow_array::RecordBatch;
 use floe_lake::ErrorKind;
 use floe_lake::commit::{RetryPolicy, commit_operation};
 use floe_lake::rest::{CatalogClient, LoadedTable};
 use floe_lake::rewrite::Rewrite;
-use floe_lake::snapshot::{Delta, current_manifests};
-use floe_lake::writer::{DataWriter, PositionDeletes, WriterOptions, write_position_deletes};
-use futures::TryStreamExt;
+use floe_lake::snapshot::Delta;
+use floe_lake::writer::{PositionDeletes, WriterOptions, write_position_deletes};
 use iceberg::TableIdent;
-use iceberg::arrow::schema_to_arrow_schema;
-use iceberg::spec::{DataContentType, DataFile};
 use support::common::{Harness, backends};
-use support::{check, commit, create_table, locate, scan, write_data, write_equality_deletes};
-
-/// Live data files and delete files of the current snapshot.
-async fn live_files(table: &LoadedTable) -> (Vec<DataFile>, Vec<DataFile>) {
-    let (mut data, mut deletes) = (Vec::new(), Vec::new());
-    for manifest in current_manifests(table).await.unwrap() {
-        for entry in manifest.load_manifest(&table.io).await.unwrap().entries() {
-            if entry.is_alive() {
-                match entry.content_type() {
-                    DataContentType::Data => data.push(entry.data_file().clone()),
-                    _ => deletes.push(entry.data_file().clone()),
-                }
-            }
-        }
-    }
-    (data, deletes)
-}
-
-/// Plans a compaction of the whole table: read the live rows, write them anew, replace every
-/// data and delete file.
-async fn plan_full_rewrite(table: &LoadedTable) -> Rewrite {
-    let (data, deletes) = live_files(table).await;
-    let arrow = Arc::new(schema_to_arrow_schema(table.metadata.current_schema()).unwrap());
-    let batches: Vec<RecordBatch> = table
-        .to_table()
-        .unwrap()
-        .scan()
-        .select_all()
-        .build()
-        .unwrap()
-        .to_arrow()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    let mut writer = DataWriter::data(table, &WriterOptions::default()).unwrap();
-    for batch in batches {
-        writer
-            .write(&RecordBatch::try_new(arrow.clone(), batch.columns().to_vec()).unwrap())
-            .await
-            .unwrap();
-    }
-    Rewrite {
-        id: uuid::Uuid::new_v4(),
-        starting_snapshot_id: table.metadata.current_snapshot_id().unwrap(),
-        removed_data_files: data,
-        removed_delete_files: deletes,
-        added_data_files: writer.close().await.unwrap(),
-        properties: Default::default(),
-    }
-}
+use support::{
+    check, commit, create_table, live_files, locate, plan_full_rewrite, scan, write_data,
+    write_equality_deletes,
+};
 
 /// A table with several small files and every kind of delete: rows 1..=8 at amount 1.0,
 /// id 2 deleted by position, id 3 by equality, id 4 upserted to 2.0.

@@ -13,12 +13,14 @@ use arrow_array::{
     Array, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use floe_lake::rest::{CatalogClient, CatalogSettings, LoadedTable};
-use floe_lake::snapshot::{Delta, prepare_row_delta};
+use floe_lake::rewrite::Rewrite;
+use floe_lake::snapshot::{Delta, current_manifests, prepare_row_delta};
 use floe_lake::writer::{DataWriter, EqualityDeleteWriter, WriterOptions, equality_delete_input};
 use futures::TryStreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{
-    DataFile, NestedField, PrimitiveType, Schema, SchemaRef, Transform, Type, UnboundPartitionSpec,
+    DataContentType, DataFile, NestedField, PrimitiveType, Schema, SchemaRef, Transform, Type,
+    UnboundPartitionSpec,
 };
 use iceberg::{NamespaceIdent, TableIdent};
 use iceberg_catalog_rest::CreateTableRequest;
@@ -255,5 +257,56 @@ pub async fn check(table: &LoadedTable, s3: bool, expected: &[(i64, f64)], step:
     assert_eq!(scan(table).await, expected, "{step}: our scan");
     if let Some(rows) = duckdb(table.metadata_location.as_deref().unwrap(), s3) {
         assert_eq!(rows, expected, "{step}: DuckDB");
+    }
+}
+
+/// Live data files and delete files of the current snapshot.
+pub async fn live_files(table: &LoadedTable) -> (Vec<DataFile>, Vec<DataFile>) {
+    let (mut data, mut deletes) = (Vec::new(), Vec::new());
+    for manifest in current_manifests(table).await.unwrap() {
+        for entry in manifest.load_manifest(&table.io).await.unwrap().entries() {
+            if entry.is_alive() {
+                match entry.content_type() {
+                    DataContentType::Data => data.push(entry.data_file().clone()),
+                    _ => deletes.push(entry.data_file().clone()),
+                }
+            }
+        }
+    }
+    (data, deletes)
+}
+
+/// Plans a compaction of the whole table: read the live rows, write them anew, replace every
+/// data and delete file.
+pub async fn plan_full_rewrite(table: &LoadedTable) -> Rewrite {
+    let (data, deletes) = live_files(table).await;
+    let arrow = Arc::new(schema_to_arrow_schema(table.metadata.current_schema()).unwrap());
+    let batches: Vec<RecordBatch> = table
+        .to_table()
+        .unwrap()
+        .scan()
+        .select_all()
+        .build()
+        .unwrap()
+        .to_arrow()
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut writer = DataWriter::data(table, &WriterOptions::default()).unwrap();
+    for batch in batches {
+        writer
+            .write(&RecordBatch::try_new(arrow.clone(), batch.columns().to_vec()).unwrap())
+            .await
+            .unwrap();
+    }
+    Rewrite {
+        id: uuid::Uuid::new_v4(),
+        starting_snapshot_id: table.metadata.current_snapshot_id().unwrap(),
+        removed_data_files: data,
+        removed_delete_files: deletes,
+        added_data_files: writer.close().await.unwrap(),
+        properties: Default::default(),
     }
 }
