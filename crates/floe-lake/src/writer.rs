@@ -14,13 +14,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use arrow_array::{Int64Array, RecordBatch, StringArray};
+use arrow_array::{Array, Int64Array, RecordBatch, Scalar, StringArray};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
 use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::spec::{
     DataContentType, DataFile, DataFileFormat, NestedField, PartitionKey, PrimitiveType, Schema,
     SchemaRef, Struct, Type,
 };
+use iceberg::transform::{BoxedTransformFunction, create_transform_function};
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
 use iceberg::writer::base_writer::equality_delete_writer::{
     EqualityDeleteFileWriterBuilder, EqualityDeleteWriterConfig,
@@ -126,10 +127,83 @@ struct OpenWriter<W> {
     last_used: u64,
 }
 
+/// How rows map to partitions: iceberg's splitter, plus the partition source columns and their
+/// transforms for the fast path.
+struct Partitioner {
+    splitter: RecordBatchPartitionSplitter,
+    /// (column index in the input batch, transform) per partition field; `None` when a source
+    /// column is nested (no fast path then).
+    columns: Option<Vec<(usize, BoxedTransformFunction)>>,
+}
+
+impl Partitioner {
+    fn new(table: &LoadedTable, schema: SchemaRef) -> LakeResult<Option<Self>> {
+        let spec = table.metadata.default_partition_spec();
+        if spec.is_unpartitioned() {
+            return Ok(None);
+        }
+        let top: Vec<i32> = schema.as_struct().fields().iter().map(|f| f.id).collect();
+        let columns = spec
+            .fields()
+            .iter()
+            .map(|field| {
+                let index = top.iter().position(|id| *id == field.source_id)?;
+                create_transform_function(&field.transform)
+                    .ok()
+                    .map(|f| (index, f))
+            })
+            .collect();
+        Ok(Some(Self {
+            splitter: RecordBatchPartitionSplitter::try_new_with_computed_values(
+                schema,
+                spec.clone(),
+            )?,
+            columns,
+        }))
+    }
+
+    /// Splits a batch by partition. When every row falls in one partition — the common case
+    /// for time-ordered streams — that is found with vectorized transforms and one compare,
+    /// without iceberg's per-row grouping.
+    fn split(&self, batch: &RecordBatch) -> LakeResult<Vec<(PartitionKey, RecordBatch)>> {
+        if batch.num_rows() > 1 && self.is_single_partition(batch)? {
+            let mut first = self.splitter.split(&batch.slice(0, 1))?;
+            if let Some((key, _)) = first.pop() {
+                return Ok(vec![(key, batch.clone())]);
+            }
+        }
+        Ok(self.splitter.split(batch)?)
+    }
+
+    fn is_single_partition(&self, batch: &RecordBatch) -> LakeResult<bool> {
+        let Some(columns) = &self.columns else {
+            return Ok(false);
+        };
+        for (index, transform) in columns {
+            let values = transform.transform(batch.column(*index).clone())?;
+            let nulls = values.null_count();
+            if nulls == values.len() {
+                continue;
+            }
+            if nulls > 0 {
+                return Ok(false);
+            }
+            let same =
+                arrow_ord::cmp::eq(&values, &Scalar::new(values.slice(0, 1))).map_err(|e| {
+                    LakeError::new(ErrorKind::Invalid, "partition compare").with_source(e)
+                })?;
+            if same.true_count() != values.len() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
 /// Fans batches out to one writer per partition, with a cap on open writers.
 pub struct PartitionedWriter<B: IcebergWriterBuilder> {
     builder: B,
-    splitter: Option<RecordBatchPartitionSplitter>,
+    partitioner: Option<Partitioner>,
     open: HashMap<Option<Struct>, OpenWriter<B::R>>,
     max_open: usize,
     tick: u64,
@@ -159,26 +233,13 @@ pub type EqualityDeleteWriter = PartitionedWriter<
     >,
 >;
 
-fn splitter(
-    table: &LoadedTable,
-    schema: SchemaRef,
-) -> LakeResult<Option<RecordBatchPartitionSplitter>> {
-    let spec = table.metadata.default_partition_spec();
-    if spec.is_unpartitioned() {
-        return Ok(None);
-    }
-    Ok(Some(
-        RecordBatchPartitionSplitter::try_new_with_computed_values(schema, spec.clone())?,
-    ))
-}
-
 impl DataWriter {
     /// A writer of data files in the table's current schema and default partition spec.
     pub fn data(table: &LoadedTable, options: &WriterOptions) -> LakeResult<Self> {
         let schema = table.metadata.current_schema().clone();
         Ok(Self {
             builder: DataFileWriterBuilder::new(options.rolling(table, schema.clone())?),
-            splitter: splitter(table, schema)?,
+            partitioner: Partitioner::new(table, schema)?,
             open: HashMap::new(),
             max_open: options.max_open_files.max(1),
             tick: 0,
@@ -206,7 +267,7 @@ impl EqualityDeleteWriter {
                 options.rolling(table, projected)?,
                 config,
             ),
-            splitter: splitter(table, input_schema)?,
+            partitioner: Partitioner::new(table, input_schema)?,
             open: HashMap::new(),
             max_open: options.max_open_files.max(1),
             tick: 0,
@@ -251,8 +312,8 @@ pub fn equality_delete_input(
 impl<B: IcebergWriterBuilder> PartitionedWriter<B> {
     /// Writes a batch (of the writer's input schema).
     pub async fn write(&mut self, batch: &RecordBatch) -> LakeResult<()> {
-        let parts: Vec<(Option<PartitionKey>, RecordBatch)> = match &self.splitter {
-            Some(splitter) => splitter
+        let parts: Vec<(Option<PartitionKey>, RecordBatch)> = match &self.partitioner {
+            Some(partitioner) => partitioner
                 .split(batch)?
                 .into_iter()
                 .map(|(key, part)| (Some(key), part))

@@ -1,5 +1,6 @@
 //! The delete-file conformance scenario (shared/reference/test-tools.md §7), committed through a
-//! real floe-catalog and read back by our own scan (iceberg-rust) and by DuckDB 1.5.5:
+//! real floe-catalog and read back by our own scan (iceberg-rust) and by DuckDB 1.5.5 (and by
+//! PyIceberg 0.12 for the position deletes it supports):
 //!
 //! | snapshot | change | live ids |
 //! |---|---|---|
@@ -83,6 +84,14 @@ async fn delete_conformance_scenario() {
             "s2 position delete",
         )
         .await;
+        // PyIceberg reads position deletes (it refuses equality deletes, s3 onwards).
+        if let Some(rows) = support::pyiceberg(table.metadata_location.as_deref().unwrap(), s3) {
+            assert_eq!(
+                rows,
+                vec![(1, 1.0), (3, 1.0), (4, 1.0), (5, 1.0)],
+                "s2: PyIceberg"
+            );
+        }
 
         // s3: equality delete id=3
         let deletes = write_equality_deletes(&table, &[3]).await;

@@ -213,8 +213,9 @@ pub async fn scan(table: &LoadedTable) -> Vec<(i64, f64)> {
     rows
 }
 
-/// (id, amount) pairs DuckDB 1.5.5 reads from a metadata file, or `None` without the venv.
-pub fn duckdb(metadata_location: &str, s3: bool) -> Option<Vec<(i64, f64)>> {
+/// Runs a Python snippet in the test venv that prints `(id, amount)` rows as JSON; `None`
+/// without the venv (a failure when FLOE_REQUIRE_SERVICES=1).
+fn python_rows(script: &str) -> Option<Vec<(i64, f64)>> {
     let python = match std::env::var("FLOE_TEST_PYTHON") {
         Ok(p) => p,
         Err(_) => {
@@ -222,12 +223,27 @@ pub fn duckdb(metadata_location: &str, s3: bool) -> Option<Vec<(i64, f64)>> {
                 std::env::var("FLOE_REQUIRE_SERVICES").as_deref() != Ok("1"),
                 "FLOE_REQUIRE_SERVICES=1 but FLOE_TEST_PYTHON is not set"
             );
-            eprintln!("note: FLOE_TEST_PYTHON unset, skipping the DuckDB read-back");
+            eprintln!("note: FLOE_TEST_PYTHON unset, skipping the Python read-back");
             return None;
         }
     };
     let helpers = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/services/python");
-    let script = format!(
+    let out = std::process::Command::new(python)
+        .args(["-c", script])
+        .env("PYTHONPATH", helpers)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "python read-back failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// (id, amount) pairs DuckDB 1.5.5 reads from a metadata file.
+pub fn duckdb(metadata_location: &str, s3: bool) -> Option<Vec<(i64, f64)>> {
+    python_rows(&format!(
         "import json, duckdb_offline\n\
          con = duckdb_offline.connect()\n\
          {secret}\n\
@@ -238,19 +254,25 @@ pub fn duckdb(metadata_location: &str, s3: bool) -> Option<Vec<(i64, f64)>> {
         } else {
             ""
         }
-    );
-    let out = std::process::Command::new(python)
-        .args(["-c", &script])
-        .env("PYTHONPATH", helpers)
-        .output()
-        .expect("python runs");
-    assert!(
-        out.status.success(),
-        "duckdb failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<(i64, f64)> = serde_json::from_slice(&out.stdout).unwrap();
-    Some(rows)
+    ))
+}
+
+/// (id, amount) pairs PyIceberg 0.12 reads from a metadata file (it applies position deletes
+/// and refuses equality deletes).
+pub fn pyiceberg(metadata_location: &str, s3: bool) -> Option<Vec<(i64, f64)>> {
+    let props = if s3 {
+        "{'s3.endpoint': os.environ['FLOE_TEST_S3_ENDPOINT'], 's3.access-key-id': 'test', \
+         's3.secret-access-key': 'test', 's3.region': 'us-east-1'}"
+    } else {
+        "{}"
+    };
+    python_rows(&format!(
+        "import json, os\n\
+         from pyiceberg.table import StaticTable\n\
+         t = StaticTable.from_metadata('{metadata_location}', properties={props})\n\
+         a = t.scan(selected_fields=('id', 'amount')).to_arrow()\n\
+         print(json.dumps(sorted(zip(a['id'].to_pylist(), a['amount'].to_pylist()))))"
+    ))
 }
 
 pub async fn check(table: &LoadedTable, s3: bool, expected: &[(i64, f64)], step: &str) {
