@@ -9,12 +9,14 @@
 
 use std::collections::BTreeMap;
 
-use iceberg::spec::{ManifestContentType, ManifestFile, ManifestWriterBuilder, Operation};
+use iceberg::spec::{ManifestContentType, ManifestFile, Operation};
 
 use crate::commit::{PreparedCommit, TableOperation};
 use crate::error::{ErrorKind, LakeError, LakeResult};
 use crate::rest::LoadedTable;
-use crate::snapshot::{Planned, current_manifests, finish, fresh_snapshot_id};
+use crate::snapshot::{
+    Planned, carry_entry, current_manifests, finish, fresh_snapshot_id, manifest_writer,
+};
 
 /// Merge manifests below `target_bytes`, when at least `min_manifests` of them exist.
 #[derive(Debug, Clone)]
@@ -51,7 +53,6 @@ impl TableOperation for RewriteManifests {
         let snapshot_id = fresh_snapshot_id(table);
         let commit_uuid = uuid::Uuid::new_v4();
         let dir = format!("{}/metadata", metadata.location().trim_end_matches('/'));
-        let schema = metadata.current_schema().clone();
         // Groups keep commit order (the manifest list is newest first).
         let mut groups: BTreeMap<(bool, i32), Vec<ManifestFile>> = BTreeMap::new();
         for manifest in small {
@@ -90,39 +91,13 @@ impl TableOperation for RewriteManifests {
                 }
                 let path = format!("{dir}/{commit_uuid}-merged{index}.avro");
                 index += 1;
-                let builder = ManifestWriterBuilder::new(
-                    table.io.new_output(&path)?,
-                    Some(snapshot_id),
-                    schema.clone(),
-                    (**spec).clone(),
-                );
-                let mut writer = if deletes {
-                    builder.build_v2_deletes()
-                } else {
-                    builder.build_v2_data()
-                };
+                let mut writer = manifest_writer(table, &path, snapshot_id, spec, deletes)?;
                 for manifest in &chunk {
                     for entry in manifest.load_manifest(&table.io).await?.entries() {
                         if !entry.is_alive() {
                             continue;
                         }
-                        let (Some(seq), Some(snapshot)) =
-                            (entry.sequence_number(), entry.snapshot_id())
-                        else {
-                            return Err(LakeError::new(
-                                ErrorKind::Invalid,
-                                format!(
-                                    "manifest entry {} has no sequence number",
-                                    entry.file_path()
-                                ),
-                            ));
-                        };
-                        writer.add_existing_file(
-                            entry.data_file().clone(),
-                            snapshot,
-                            seq,
-                            entry.file_sequence_number.or(Some(seq)),
-                        )?;
+                        carry_entry(&mut writer, entry, false)?;
                     }
                 }
                 written.push(path);

@@ -16,14 +16,15 @@
 
 use std::collections::{HashMap, HashSet};
 
-use iceberg::spec::{
-    DataContentType, DataFile, ManifestContentType, ManifestWriterBuilder, Operation,
-};
+use iceberg::spec::{DataContentType, DataFile, ManifestContentType, Operation};
 
 use crate::commit::{PreparedCommit, TableOperation};
 use crate::error::{ErrorKind, LakeError, LakeResult};
 use crate::rest::LoadedTable;
-use crate::snapshot::{Planned, PreparedSnapshot, current_manifests, finish, fresh_snapshot_id};
+use crate::snapshot::{
+    Planned, PreparedSnapshot, carry_entry, check_contents, current_manifests, finish,
+    fresh_snapshot_id, manifest_writer,
+};
 
 /// Summary key carrying a rewrite's unique id (found again after an unknown outcome).
 pub const REWRITE_ID: &str = "floe.rewrite-id";
@@ -70,24 +71,11 @@ pub async fn prepare_rewrite(
             )
         })?;
     let start_sequence = start.sequence_number();
-    if rewrite
-        .added_data_files
-        .iter()
-        .any(|f| f.content_type() != DataContentType::Data)
-        || rewrite
-            .removed_data_files
-            .iter()
-            .any(|f| f.content_type() != DataContentType::Data)
-        || rewrite
-            .removed_delete_files
-            .iter()
-            .any(|f| f.content_type() == DataContentType::Data)
-    {
-        return Err(LakeError::new(
-            ErrorKind::Invalid,
-            "a rewrite mixed up data and delete files",
-        ));
-    }
+    check_contents(
+        "rewrite",
+        &[&rewrite.added_data_files, &rewrite.removed_data_files],
+        &[&rewrite.removed_delete_files],
+    )?;
     let removed: HashSet<&str> = rewrite
         .removed_data_files
         .iter()
@@ -109,7 +97,6 @@ pub async fn prepare_rewrite(
     let sequence_number = metadata.next_sequence_number();
     let commit_uuid = uuid::Uuid::new_v4();
     let metadata_dir = format!("{}/metadata", metadata.location().trim_end_matches('/'));
-    let schema = metadata.current_schema().clone();
     let mut manifests = Vec::new();
     let mut written = Vec::new();
     let mut found: HashSet<String> = HashSet::new();
@@ -157,32 +144,10 @@ pub async fn prepare_rewrite(
                 )
             })?;
         let path = format!("{metadata_dir}/{commit_uuid}-r{index}.avro");
-        let builder = ManifestWriterBuilder::new(
-            table.io.new_output(&path)?,
-            Some(snapshot_id),
-            schema.clone(),
-            (**spec).clone(),
-        );
-        let mut writer = match manifest.content {
-            ManifestContentType::Data => builder.build_v2_data(),
-            ManifestContentType::Deletes => builder.build_v2_deletes(),
-        };
+        let deletes = manifest.content == ManifestContentType::Deletes;
+        let mut writer = manifest_writer(table, &path, snapshot_id, spec, deletes)?;
         for entry in entries.iter().filter(|e| e.is_alive()) {
-            let (Some(seq), Some(snapshot)) = (entry.sequence_number(), entry.snapshot_id()) else {
-                return Err(LakeError::new(
-                    ErrorKind::Invalid,
-                    format!(
-                        "manifest entry {} has no sequence number",
-                        entry.file_path()
-                    ),
-                ));
-            };
-            let file_seq = entry.file_sequence_number.or(Some(seq));
-            if removed.contains(entry.file_path()) {
-                writer.add_delete_file(entry.data_file().clone(), seq, file_seq)?;
-            } else {
-                writer.add_existing_file(entry.data_file().clone(), snapshot, seq, file_seq)?;
-            }
+            carry_entry(&mut writer, entry, removed.contains(entry.file_path()))?;
         }
         written.push(path);
         manifests.push(writer.write_manifest_file().await?);
@@ -196,13 +161,7 @@ pub async fn prepare_rewrite(
     if !rewrite.added_data_files.is_empty() {
         let path = format!("{metadata_dir}/{commit_uuid}-m0.avro");
         let spec = metadata.default_partition_spec();
-        let mut writer = ManifestWriterBuilder::new(
-            table.io.new_output(&path)?,
-            Some(snapshot_id),
-            schema.clone(),
-            (**spec).clone(),
-        )
-        .build_v2_data();
+        let mut writer = manifest_writer(table, &path, snapshot_id, spec, false)?;
         for file in &rewrite.added_data_files {
             // The starting snapshot's sequence number: later deletes still apply.
             writer.add_file(file.clone(), start_sequence)?;

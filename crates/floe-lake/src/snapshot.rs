@@ -18,8 +18,9 @@
 use std::collections::HashMap;
 
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, ManifestFile, ManifestList, ManifestListWriter,
-    ManifestWriterBuilder, Operation, Snapshot, SnapshotReference, SnapshotRetention, Summary,
+    DataContentType, DataFile, FormatVersion, ManifestEntry, ManifestFile, ManifestList,
+    ManifestListWriter, ManifestWriter, ManifestWriterBuilder, Operation, PartitionSpec, Snapshot,
+    SnapshotReference, SnapshotRetention, Summary,
 };
 use iceberg::{TableRequirement, TableUpdate};
 
@@ -47,6 +48,75 @@ pub struct PreparedSnapshot {
     /// Files this preparation wrote (manifests, manifest list); delete them if the commit
     /// definitely failed.
     pub written: Vec<String>,
+}
+
+/// A v2 manifest writer for `snapshot_id` at `path`, of delete files or of data files.
+pub(crate) fn manifest_writer(
+    table: &LoadedTable,
+    path: &str,
+    snapshot_id: i64,
+    spec: &PartitionSpec,
+    deletes: bool,
+) -> LakeResult<ManifestWriter> {
+    let builder = ManifestWriterBuilder::new(
+        table.io.new_output(path)?,
+        Some(snapshot_id),
+        table.metadata.current_schema().clone(),
+        spec.clone(),
+    );
+    Ok(if deletes {
+        builder.build_v2_deletes()
+    } else {
+        builder.build_v2_data()
+    })
+}
+
+/// Carries a live entry into a rewritten manifest with its snapshot id and sequence numbers,
+/// as EXISTING — or as DELETED when `remove` (the file leaves the table in this snapshot).
+pub(crate) fn carry_entry(
+    writer: &mut ManifestWriter,
+    entry: &ManifestEntry,
+    remove: bool,
+) -> LakeResult<()> {
+    let (Some(seq), Some(snapshot)) = (entry.sequence_number(), entry.snapshot_id()) else {
+        return Err(LakeError::new(
+            ErrorKind::Invalid,
+            format!(
+                "manifest entry {} has no sequence number",
+                entry.file_path()
+            ),
+        ));
+    };
+    let file_seq = entry.file_sequence_number.or(Some(seq));
+    if remove {
+        writer.add_delete_file(entry.data_file().clone(), seq, file_seq)?;
+    } else {
+        writer.add_existing_file(entry.data_file().clone(), snapshot, seq, file_seq)?;
+    }
+    Ok(())
+}
+
+/// Refuses data files passed as deletes and delete files passed as data.
+pub(crate) fn check_contents(
+    what: &str,
+    data: &[&[DataFile]],
+    deletes: &[&[DataFile]],
+) -> LakeResult<()> {
+    let misplaced = data
+        .iter()
+        .flat_map(|files| files.iter())
+        .any(|f| f.content_type() != DataContentType::Data)
+        || deletes
+            .iter()
+            .flat_map(|files| files.iter())
+            .any(|f| f.content_type() == DataContentType::Data);
+    if misplaced {
+        return Err(LakeError::new(
+            ErrorKind::Invalid,
+            format!("data files and delete files were mixed up in a {what}"),
+        ));
+    }
+    Ok(())
 }
 
 /// Reads the manifests of the current snapshot of `main` (none for an empty table).
@@ -123,22 +193,8 @@ pub async fn prepare_row_delta(table: &LoadedTable, delta: &Delta) -> LakeResult
     // iceberg 0.10 does not expose a file's spec id; files must come from writers built for the
     // table's default spec (this crate's writers are).
     let spec = metadata.default_partition_spec();
-    if delta
-        .data_files
-        .iter()
-        .any(|f| f.content_type() != DataContentType::Data)
-        || delta
-            .delete_files
-            .iter()
-            .any(|f| f.content_type() == DataContentType::Data)
-    {
-        return Err(LakeError::new(
-            ErrorKind::Invalid,
-            "data files and delete files were mixed up in a delta",
-        ));
-    }
+    check_contents("delta", &[&delta.data_files], &[&delta.delete_files])?;
 
-    let schema = metadata.current_schema().clone();
     let snapshot_id = fresh_snapshot_id(table);
     let sequence_number = metadata.next_sequence_number();
     let metadata_dir = format!("{}/metadata", metadata.location().trim_end_matches('/'));
@@ -154,17 +210,7 @@ pub async fn prepare_row_delta(table: &LoadedTable, delta: &Delta) -> LakeResult
             continue;
         }
         let path = format!("{metadata_dir}/{commit_uuid}-m{index}.avro");
-        let builder = ManifestWriterBuilder::new(
-            table.io.new_output(&path)?,
-            Some(snapshot_id),
-            schema.clone(),
-            (**spec).clone(),
-        );
-        let mut writer = if deletes {
-            builder.build_v2_deletes()
-        } else {
-            builder.build_v2_data()
-        };
+        let mut writer = manifest_writer(table, &path, snapshot_id, spec, deletes)?;
         for file in files {
             // A negative sequence number leaves it unassigned: the entry inherits the
             // snapshot's from the manifest list.

@@ -14,8 +14,7 @@ mod support;
 
 use floe_lake::marker::{CommitMarker, newest_marker};
 use floe_lake::snapshot::Delta;
-use floe_lake::writer::{PositionDeletes, WriterOptions, write_position_deletes};
-use support::{check, commit, create_table, locate, write_data, write_equality_deletes};
+use support::{check, commit, create_table, position_delete, write_data, write_equality_deletes};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_conformance_scenario() {
@@ -52,21 +51,10 @@ async fn delete_conformance_scenario() {
         .await;
 
         // s2: position delete of id 2
-        let (file, pos) = locate(&table, &s1_files, 2).await;
-        let deletes = write_position_deletes(
-            &table,
-            &WriterOptions::default(),
-            &[PositionDeletes {
-                data_file: &file,
-                positions: vec![pos],
-            }],
-        )
-        .await
-        .unwrap();
-        assert_eq!(
-            deletes[0].referenced_data_file().as_deref(),
-            Some(file.file_path())
-        );
+        let deletes = position_delete(&table, &s1_files, 2).await;
+        // One data file is targeted, so the delete file names it (readers can prune by it).
+        let target = deletes[0].referenced_data_file().unwrap();
+        assert!(s1_files.iter().any(|f| f.file_path() == target));
         let table = commit(
             &client,
             &ident,
@@ -131,17 +119,7 @@ async fn delete_conformance_scenario() {
 
         // s5: insert 6 and 7 and delete 6 by position in the same commit.
         let data = write_data(&table, &[6, 7], 3.0).await;
-        let (file, pos) = locate(&table, &data, 6).await;
-        let deletes = write_position_deletes(
-            &table,
-            &WriterOptions::default(),
-            &[PositionDeletes {
-                data_file: &file,
-                positions: vec![pos],
-            }],
-        )
-        .await
-        .unwrap();
+        let deletes = position_delete(&table, &data, 6).await;
         let table = commit(
             &client,
             &ident,

@@ -11,14 +11,13 @@ use floe_lake::commit::{RetryPolicy, commit_operation};
 use floe_lake::manifests::RewriteManifests;
 use floe_lake::rest::LoadedTable;
 use floe_lake::snapshot::Delta;
-use floe_lake::writer::{PositionDeletes, WriterOptions, write_position_deletes};
 use iceberg::spec::DataFile;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use support::common::{Harness, backends};
 use support::{
-    check, commit, create_table, locate, plan_full_rewrite, scan, write_data,
+    check, commit, create_table, plan_full_rewrite, position_delete, scan, write_data,
     write_equality_deletes,
 };
 
@@ -121,17 +120,7 @@ async fn run(seed: u64, steps: usize) {
             6 => {
                 let ids = model.pick(&mut rng, 1);
                 let Some(id) = ids.first() else { continue };
-                let (file, position) = locate(&table, &model.home[id], *id).await;
-                let deletes = write_position_deletes(
-                    &table,
-                    &WriterOptions::default(),
-                    &[PositionDeletes {
-                        data_file: &file,
-                        positions: vec![position],
-                    }],
-                )
-                .await
-                .unwrap();
+                let deletes = position_delete(&table, &model.home[id], *id).await;
                 commit(
                     &client,
                     &ident,

@@ -9,11 +9,10 @@ use floe_lake::commit::{RetryPolicy, commit_operation};
 use floe_lake::rest::{CatalogClient, LoadedTable};
 use floe_lake::rewrite::Rewrite;
 use floe_lake::snapshot::Delta;
-use floe_lake::writer::{PositionDeletes, WriterOptions, write_position_deletes};
 use iceberg::TableIdent;
 use support::common::{Harness, backends};
 use support::{
-    check, commit, create_table, live_files, locate, plan_full_rewrite, scan, write_data,
+    check, commit, create_table, live_files, plan_full_rewrite, position_delete, scan, write_data,
     write_equality_deletes,
 };
 
@@ -40,17 +39,7 @@ async fn messy_table(client: &CatalogClient, name: &str) -> (TableIdent, LoadedT
         },
     )
     .await;
-    let (file, pos) = locate(&table, &first, 2).await;
-    let pos_deletes = write_position_deletes(
-        &table,
-        &WriterOptions::default(),
-        &[PositionDeletes {
-            data_file: &file,
-            positions: vec![pos],
-        }],
-    )
-    .await
-    .unwrap();
+    let pos_deletes = position_delete(&table, &first, 2).await;
     let table = commit(
         client,
         &ident,
@@ -149,17 +138,7 @@ async fn a_rewrite_racing_a_position_delete_fails_validation() {
     let (ident, table) = messy_table(&client, "race_pos").await;
     let rewrite = plan_full_rewrite(&table).await;
     let (data, _) = live_files(&table).await;
-    let (file, pos) = locate(&table, &data, 7).await;
-    let deletes = write_position_deletes(
-        &table,
-        &WriterOptions::default(),
-        &[PositionDeletes {
-            data_file: &file,
-            positions: vec![pos],
-        }],
-    )
-    .await
-    .unwrap();
+    let deletes = position_delete(&table, &data, 7).await;
     commit(
         &client,
         &ident,

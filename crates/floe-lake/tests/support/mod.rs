@@ -15,7 +15,10 @@ use arrow_array::{
 use floe_lake::rest::{CatalogClient, CatalogSettings, LoadedTable};
 use floe_lake::rewrite::Rewrite;
 use floe_lake::snapshot::{Delta, current_manifests, prepare_row_delta};
-use floe_lake::writer::{DataWriter, EqualityDeleteWriter, WriterOptions, equality_delete_input};
+use floe_lake::writer::{
+    DataWriter, EqualityDeleteWriter, PositionDeletes, WriterOptions, equality_delete_input,
+    write_position_deletes,
+};
 use futures::TryStreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{
@@ -296,6 +299,21 @@ pub async fn live_files(table: &LoadedTable) -> (Vec<DataFile>, Vec<DataFile>) {
         }
     }
     (data, deletes)
+}
+
+/// Position-delete files removing the row of `id` found in `files`.
+pub async fn position_delete(table: &LoadedTable, files: &[DataFile], id: i64) -> Vec<DataFile> {
+    let (file, position) = locate(table, files, id).await;
+    write_position_deletes(
+        table,
+        &WriterOptions::default(),
+        &[PositionDeletes {
+            data_file: &file,
+            positions: vec![position],
+        }],
+    )
+    .await
+    .unwrap()
 }
 
 /// Plans a compaction of the whole table: read the live rows, write them anew, replace every
