@@ -167,7 +167,7 @@ async fn main() {
     let scratch = std::env::temp_dir().join(format!("floe-lake-bench-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&scratch).unwrap();
 
-    println!("writer throughput, {rows} span-like rows, zstd(3), best of 3");
+    println!("writer throughput, {rows} span-like rows, zstd(3), best of 5");
     println!(
         "{:<28} {:>12} {:>10} {:>10}",
         "writer", "rows/s", "MB/s", "ratio"
@@ -182,7 +182,7 @@ async fn main() {
         let input = batches(&table, rows);
         let mut best_ours = (Duration::MAX, 0);
         let mut best_bare = (Duration::MAX, 0);
-        for _ in 0..3 {
+        for _ in 0..5 {
             best_bare = best_bare.min(bare(&scratch, &input));
             best_ours = best_ours.min(ours(&table, &input).await);
         }
