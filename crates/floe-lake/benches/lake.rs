@@ -212,7 +212,7 @@ async fn main() {
     println!("\ncommit latency over {commits} checkpoint commits (one small file each)");
     println!(
         "{:<24} {:>14} {:>14} {:>10} {:>10}",
-        "manifests", "p50 first 100", "p50 last 100", "ratio", "snapshots"
+        "maintenance", "p50 first 100", "p50 last 100", "ratio", "snapshots"
     );
     for (label, merge, expire) in [
         ("never maintained", false, false),
