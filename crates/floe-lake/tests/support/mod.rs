@@ -230,7 +230,12 @@ fn python_rows(script: &str) -> Option<Vec<(i64, f64)>> {
             return None;
         }
     };
-    let helpers = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/services/python");
+    // The test helpers live at the workspace root, whichever crate includes this module.
+    let helpers = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|dir| dir.join("tests/services/python"))
+        .find(|dir| dir.is_dir())
+        .expect("tests/services/python above the crate");
     let out = std::process::Command::new(python)
         .args(["-c", script])
         .env("PYTHONPATH", helpers)

@@ -1,0 +1,271 @@
+//! Compaction: bin-pack a table's small files per partition and apply its deletes.
+//!
+//! Planning reads the live files of one snapshot (the starting snapshot) and picks, per
+//! partition of the default spec:
+//! * every data file of a partition that has at least `delete_file_threshold` delete files —
+//!   its rows are rewritten with the deletes applied and those delete files leave the table;
+//! * otherwise the files smaller than the target, once there are `min_input_files` of them.
+//!
+//! Groups are taken until `max_bytes_per_run`. Execution reads each group's rows through
+//! iceberg's reader (which applies position and equality deletes as of the starting snapshot),
+//! writes them with `floe-lake`'s writer and commits one validated RewriteFiles per group: its
+//! output keeps the starting sequence number, so deletes committed meanwhile still apply, and
+//! a position delete committed against a group's input fails that group only (its output files
+//! are deleted; the next run plans again).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use floe_lake::commit::{RetryPolicy, commit_operation};
+use floe_lake::rest::{CatalogClient, LoadedTable};
+use floe_lake::rewrite::Rewrite;
+use floe_lake::snapshot::current_manifests;
+use floe_lake::writer::{DataWriter, WriterOptions};
+use floe_lake::{ErrorKind, LakeError, LakeResult};
+use futures::TryStreamExt;
+use iceberg::arrow::{ArrowReaderBuilder, schema_to_arrow_schema};
+use iceberg::spec::{DataContentType, DataFile, Struct};
+
+/// What compaction aims for.
+#[derive(Debug, Clone)]
+pub struct CompactionSettings {
+    /// Files smaller than this are compacted, into files of about this size.
+    pub target_file_size: u64,
+    /// Compact a partition's small files once there are at least this many.
+    pub min_input_files: usize,
+    /// Rewrite a whole partition (applying its deletes) once it has this many delete files.
+    pub delete_file_threshold: usize,
+    /// Stop planning groups past this many input bytes in one run.
+    pub max_bytes_per_run: u64,
+    /// Writer settings of the output files (its target size is `target_file_size`).
+    pub writer: WriterOptions,
+}
+
+impl Default for CompactionSettings {
+    fn default() -> Self {
+        Self {
+            target_file_size: 128 * 1024 * 1024,
+            min_input_files: 5,
+            delete_file_threshold: 1,
+            max_bytes_per_run: 16 * 1024 * 1024 * 1024,
+            writer: WriterOptions::default(),
+        }
+    }
+}
+
+/// The files of one partition to rewrite together.
+#[derive(Debug, Clone)]
+pub struct PartitionGroup {
+    /// The partition tuple.
+    pub partition: Struct,
+    /// Data files to replace.
+    pub data_files: Vec<DataFile>,
+    /// Delete files that leave with them (every data file of the partition is rewritten).
+    pub delete_files: Vec<DataFile>,
+}
+
+impl PartitionGroup {
+    /// Input bytes.
+    pub fn bytes(&self) -> u64 {
+        self.data_files
+            .iter()
+            .map(DataFile::file_size_in_bytes)
+            .sum()
+    }
+}
+
+/// A compaction planned on one snapshot.
+#[derive(Debug, Clone)]
+pub struct CompactionPlan {
+    /// The snapshot the plan read.
+    pub starting_snapshot_id: i64,
+    /// Partition groups, largest saving first.
+    pub groups: Vec<PartitionGroup>,
+}
+
+/// What a compaction run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompactionReport {
+    /// Groups committed.
+    pub groups_committed: usize,
+    /// Groups that failed validation (to be planned again next run).
+    pub groups_conflicted: usize,
+    /// Data files replaced.
+    pub files_rewritten: usize,
+    /// Data files written.
+    pub files_written: usize,
+    /// Input bytes of the replaced files.
+    pub bytes_rewritten: u64,
+    /// Delete files removed.
+    pub delete_files_removed: usize,
+}
+
+#[derive(Default)]
+struct PartitionFiles {
+    partition: Option<Struct>,
+    data: Vec<DataFile>,
+    deletes: Vec<DataFile>,
+}
+
+/// Plans a compaction of the table's current snapshot.
+pub async fn plan_compaction(
+    table: &LoadedTable,
+    settings: &CompactionSettings,
+) -> LakeResult<Option<CompactionPlan>> {
+    let Some(start) = table.metadata.current_snapshot_id() else {
+        return Ok(None);
+    };
+    let mut partitions: BTreeMap<String, PartitionFiles> = BTreeMap::new();
+    for manifest in current_manifests(table).await? {
+        if manifest.partition_spec_id != table.metadata.default_partition_spec_id() {
+            continue;
+        }
+        for entry in manifest.load_manifest(&table.io).await?.entries() {
+            if !entry.is_alive() {
+                continue;
+            }
+            let file = entry.data_file();
+            let slot = partitions
+                .entry(format!("{:?}", file.partition()))
+                .or_default();
+            slot.partition
+                .get_or_insert_with(|| file.partition().clone());
+            match file.content_type() {
+                DataContentType::Data => slot.data.push(file.clone()),
+                _ => slot.deletes.push(file.clone()),
+            }
+        }
+    }
+    let mut groups = Vec::new();
+    for (_, files) in partitions {
+        let partition = files.partition.unwrap_or_else(Struct::empty);
+        if files.data.is_empty() {
+            continue;
+        }
+        if files.deletes.len() >= settings.delete_file_threshold.max(1) {
+            groups.push(PartitionGroup {
+                partition,
+                data_files: files.data,
+                delete_files: files.deletes,
+            });
+            continue;
+        }
+        let small: Vec<DataFile> = files
+            .data
+            .into_iter()
+            .filter(|f| f.file_size_in_bytes() < settings.target_file_size)
+            .collect();
+        if small.len() >= settings.min_input_files.max(2) {
+            groups.push(PartitionGroup {
+                partition,
+                data_files: small,
+                delete_files: Vec::new(),
+            });
+        }
+    }
+    // The groups with the most files to merge go first.
+    groups.sort_by_key(|g| std::cmp::Reverse(g.data_files.len() + g.delete_files.len()));
+    let mut budget = settings.max_bytes_per_run;
+    groups.retain(|g| {
+        let fits = g.bytes() <= budget;
+        if fits {
+            budget -= g.bytes();
+        }
+        fits
+    });
+    Ok((!groups.is_empty()).then_some(CompactionPlan {
+        starting_snapshot_id: start,
+        groups,
+    }))
+}
+
+/// Reads a group's rows as of the starting snapshot, deletes applied, and writes them anew.
+async fn rewrite_group(
+    table: &LoadedTable,
+    start: i64,
+    group: &PartitionGroup,
+    settings: &CompactionSettings,
+) -> LakeResult<Vec<DataFile>> {
+    let inputs: HashSet<&str> = group.data_files.iter().map(DataFile::file_path).collect();
+    let iceberg_table = table.to_table()?;
+    let scan = iceberg_table
+        .scan()
+        .snapshot_id(start)
+        .select_all()
+        .build()?;
+    let tasks: Vec<_> = scan
+        .plan_files()
+        .await?
+        .try_filter(|task| futures::future::ready(inputs.contains(task.data_file_path.as_str())))
+        .try_collect()
+        .await?;
+    let reader =
+        ArrowReaderBuilder::new(table.io.clone(), iceberg::Runtime::try_current()?).build();
+    let stream = reader
+        .read(Box::pin(futures::stream::iter(tasks.into_iter().map(Ok))))?
+        .stream();
+    let batches: Vec<RecordBatch> = stream.try_collect().await?;
+    // The reader's batches lack the field-id metadata the writer matches columns by.
+    let schema = Arc::new(schema_to_arrow_schema(table.metadata.current_schema())?);
+    let options = WriterOptions {
+        target_file_size: usize::try_from(settings.target_file_size).unwrap_or(usize::MAX),
+        ..settings.writer.clone()
+    };
+    let mut writer = DataWriter::data(table, &options)?;
+    for batch in batches {
+        let batch =
+            RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).map_err(|e| {
+                LakeError::new(
+                    ErrorKind::Invalid,
+                    "rows read back do not match the table schema",
+                )
+                .with_source(e)
+            })?;
+        writer.write(&batch).await?;
+    }
+    writer.close().await
+}
+
+/// Runs a plan: one validated rewrite per group; a group that conflicts is skipped (its new
+/// files deleted) and the others go on.
+pub async fn compact(
+    client: &CatalogClient,
+    ident: &iceberg::TableIdent,
+    plan: &CompactionPlan,
+    settings: &CompactionSettings,
+) -> LakeResult<CompactionReport> {
+    let mut report = CompactionReport::default();
+    let table = client.load_table(ident).await?;
+    for group in &plan.groups {
+        let outputs = rewrite_group(&table, plan.starting_snapshot_id, group, settings).await?;
+        let rewrite = Rewrite {
+            id: uuid::Uuid::new_v4(),
+            starting_snapshot_id: plan.starting_snapshot_id,
+            removed_data_files: group.data_files.clone(),
+            removed_delete_files: group.delete_files.clone(),
+            added_data_files: outputs.clone(),
+            properties: [("floe.maintenance".to_string(), "compact".to_string())].into(),
+        };
+        match commit_operation(client, ident, &rewrite, &RetryPolicy::default()).await {
+            Ok(_) => {
+                report.groups_committed += 1;
+                report.files_rewritten += group.data_files.len();
+                report.files_written += outputs.len();
+                report.bytes_rewritten += group.bytes();
+                report.delete_files_removed += group.delete_files.len();
+            }
+            Err(error) if error.kind() == ErrorKind::Conflict => {
+                tracing::warn!(table = %ident, %error, "compaction group conflicted; it is planned again next run");
+                report.groups_conflicted += 1;
+                for file in &outputs {
+                    if let Err(error) = table.io.delete(file.file_path()).await {
+                        tracing::warn!(path = file.file_path(), %error, "could not delete an uncommitted output");
+                    }
+                }
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(report)
+}
