@@ -166,40 +166,8 @@ pub struct Overrides {
     pub allow_anonymous: bool,
 }
 
-/// One problem found in the configuration, with where it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigProblem {
-    /// `file:line:col`, or `--flag` / the environment variable for values from there.
-    pub place: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-/// Every problem found, one per line.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{}", .0.iter().map(|p| format!("{}: {}", p.place, p.message)).collect::<Vec<_>>().join("\n"))]
-pub struct ConfigErrors(pub Vec<ConfigProblem>);
-
-struct Source<'a> {
-    file: Option<&'a Path>,
-    text: &'a str,
-}
-
-impl Source<'_> {
-    fn place(&self, span: Option<std::ops::Range<usize>>) -> String {
-        let file = self
-            .file
-            .map(|f| f.display().to_string())
-            .unwrap_or_else(|| "<config>".into());
-        let Some(span) = span else {
-            return file;
-        };
-        let before = &self.text[..span.start.min(self.text.len())];
-        let line = before.matches('\n').count() + 1;
-        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-        format!("{file}:{line}:{col}")
-    }
-}
+use floe_config::Source;
+pub use floe_config::{ConfigErrors, ConfigProblem};
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -227,12 +195,7 @@ impl CatalogConfig {
     /// Loads the optional file, applies the overrides and the environment, and validates.
     pub fn load(file: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigErrors> {
         let text = match file {
-            Some(path) => std::fs::read_to_string(path).map_err(|e| {
-                ConfigErrors(vec![ConfigProblem {
-                    place: path.display().to_string(),
-                    message: format!("cannot read the file: {e}"),
-                }])
-            })?,
+            Some(path) => floe_config::read(path)?,
             None => String::new(),
         };
         Self::from_toml(file, &text, overrides)
@@ -245,30 +208,12 @@ impl CatalogConfig {
         overrides: &Overrides,
     ) -> Result<Self, ConfigErrors> {
         let src = Source { file, text };
-        let raw: RawFile = toml::from_str(text).map_err(|e| {
-            ConfigErrors(vec![ConfigProblem {
-                place: src.place(e.span()),
-                message: e.message().to_string(),
-            }])
-        })?;
+        let raw: RawFile = floe_config::parse(src)?;
         let mut problems = Vec::new();
+        floe_config::check_version(src, raw.version.as_ref(), &mut problems);
         let mut problem = |place: String, message: String| {
             problems.push(ConfigProblem { place, message });
         };
-
-        if let Some(v) = &raw.version {
-            if *v.get_ref() != 1 {
-                problem(
-                    src.place(Some(v.span())),
-                    format!(
-                        "version {} is not supported; this is version 1",
-                        v.get_ref()
-                    ),
-                );
-            }
-        } else if file.is_some() {
-            problem(src.place(None), "`version = 1` is required".into());
-        }
 
         let name = match (&overrides.name, &raw.name) {
             (Some(n), _) => (n.clone(), "--name".to_string()),

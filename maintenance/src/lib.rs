@@ -7,3 +7,5 @@
 //! so one conflict costs one group, never the run.
 
 pub mod compact;
+pub mod config;
+pub mod tasks;

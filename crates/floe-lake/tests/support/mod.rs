@@ -186,13 +186,15 @@ pub async fn commit(client: &CatalogClient, ident: &TableIdent, delta: Delta) ->
     after
 }
 
-/// (id, amount) pairs our own scan returns.
-pub async fn scan(table: &LoadedTable) -> Vec<(i64, f64)> {
-    let batches: Vec<RecordBatch> = table
-        .to_table()
-        .unwrap()
-        .scan()
-        .select(["id", "amount"])
+/// The live rows of the current snapshot (deletes applied) by our scan, all columns or some.
+pub async fn scan_batches(table: &LoadedTable, columns: Option<&[&str]>) -> Vec<RecordBatch> {
+    let iceberg_table = table.to_table().unwrap();
+    let builder = iceberg_table.scan();
+    let builder = match columns {
+        Some(columns) => builder.select(columns.iter().copied()),
+        None => builder.select_all(),
+    };
+    builder
         .build()
         .unwrap()
         .to_arrow()
@@ -200,7 +202,12 @@ pub async fn scan(table: &LoadedTable) -> Vec<(i64, f64)> {
         .unwrap()
         .try_collect()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// (id, amount) pairs our own scan returns.
+pub async fn scan(table: &LoadedTable) -> Vec<(i64, f64)> {
+    let batches = scan_batches(table, Some(&["id", "amount"])).await;
     let mut rows = Vec::new();
     for b in batches {
         let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
@@ -326,19 +333,7 @@ pub async fn position_delete(table: &LoadedTable, files: &[DataFile], id: i64) -
 pub async fn plan_full_rewrite(table: &LoadedTable) -> Rewrite {
     let (data, deletes) = live_files(table).await;
     let arrow = Arc::new(schema_to_arrow_schema(table.metadata.current_schema()).unwrap());
-    let batches: Vec<RecordBatch> = table
-        .to_table()
-        .unwrap()
-        .scan()
-        .select_all()
-        .build()
-        .unwrap()
-        .to_arrow()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
+    let batches = scan_batches(table, None).await;
     let mut writer = DataWriter::data(table, &WriterOptions::default()).unwrap();
     for batch in batches {
         writer

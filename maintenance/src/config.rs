@@ -1,0 +1,382 @@
+//! The maintenance config file (`maintenance/maintenance.toml` is the example): the catalog,
+//! and policies — per table or table glob — each with a cron `schedule` and the parameters of
+//! its tasks. Parsed into raw structs that refuse unknown fields, validated with every problem
+//! at its file:line:col, built into a typed [`MaintenanceConfig`].
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use floe_config::{ConfigErrors, ConfigProblem, Source};
+use floe_lake::expire::ExpireSnapshots;
+use floe_lake::manifests::RewriteManifests;
+use floe_lake::orphans::RemoveOrphans;
+use floe_lake::rest::CatalogSettings;
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::compact::CompactionSettings;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    /// Format version; must be 1.
+    version: Option<Spanned<i64>>,
+    /// The catalog holding the tables.
+    catalog: RawCatalog,
+    /// One policy per table or table glob; the first matching policy applies.
+    #[serde(default, rename = "policy")]
+    policies: Vec<RawPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCatalog {
+    /// REST catalog URI.
+    uri: Spanned<String>,
+    /// Warehouse name sent to the catalog.
+    warehouse: Option<String>,
+    /// Bearer token (or FLOE_CATALOG_TOKEN).
+    token: Option<String>,
+    /// OAuth2 `id:secret` (or FLOE_CATALOG_CREDENTIAL).
+    credential: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    /// `namespace.table`, with `*` matching any run of characters.
+    tables: Spanned<String>,
+    compact: Option<RawCompact>,
+    expire: Option<RawExpire>,
+    orphans: Option<RawOrphans>,
+    manifests: Option<RawManifests>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCompact {
+    /// Cron schedule (seconds minutes hours day-of-month month day-of-week).
+    schedule: Spanned<String>,
+    /// Target file size in MiB (default 128).
+    target_file_size_mb: Option<Spanned<i64>>,
+    /// Compact once a partition has this many small files (default 5).
+    min_input_files: Option<Spanned<i64>>,
+    /// Rewrite a partition with this many delete files (default 1).
+    delete_file_threshold: Option<Spanned<i64>>,
+    /// Input budget of one run in MiB (default 16384).
+    max_mb_per_run: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExpire {
+    /// Cron schedule.
+    schedule: Spanned<String>,
+    /// Expire snapshots older than this many hours (default 120).
+    older_than_hours: Option<Spanned<i64>>,
+    /// Keep at least this many snapshots (default 10).
+    retain_last: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOrphans {
+    /// Cron schedule.
+    schedule: Spanned<String>,
+    /// Only remove files older than this many hours (default 72).
+    min_age_hours: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifests {
+    /// Cron schedule.
+    schedule: Spanned<String>,
+    /// Merge manifests smaller than this many MiB (default 8).
+    target_size_mb: Option<Spanned<i64>>,
+    /// Only once this many small manifests exist (default 10).
+    min_manifests: Option<Spanned<i64>>,
+}
+
+/// A task with its schedule.
+#[derive(Debug, Clone)]
+pub struct Scheduled<T> {
+    /// When it runs.
+    pub schedule: cron::Schedule,
+    /// Its parameters.
+    pub task: T,
+}
+
+/// What to do to the tables one pattern matches.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// `namespace.table` glob.
+    pub tables: String,
+    /// Compaction.
+    pub compact: Option<Scheduled<CompactionSettings>>,
+    /// Snapshot expiry (its `older_than_ms` is relative: hours before each run).
+    pub expire: Option<Scheduled<ExpiryPolicy>>,
+    /// Orphan removal.
+    pub orphans: Option<Scheduled<RemoveOrphans>>,
+    /// Manifest merging.
+    pub manifests: Option<Scheduled<RewriteManifests>>,
+}
+
+/// Expiry relative to the time of each run.
+#[derive(Debug, Clone)]
+pub struct ExpiryPolicy {
+    /// Age past which snapshots may go.
+    pub older_than: Duration,
+    /// Snapshots always kept.
+    pub retain_last: usize,
+}
+
+impl ExpiryPolicy {
+    /// The expiry to run now.
+    pub fn at(&self, now_ms: i64) -> ExpireSnapshots {
+        ExpireSnapshots {
+            older_than_ms: now_ms - i64::try_from(self.older_than.as_millis()).unwrap_or(i64::MAX),
+            retain_last: self.retain_last,
+            protect: Vec::new(),
+        }
+    }
+}
+
+/// The validated maintenance config.
+#[derive(Debug, Clone)]
+pub struct MaintenanceConfig {
+    /// How to reach the catalog.
+    pub catalog: CatalogSettings,
+    /// Policies, first match wins.
+    pub policies: Vec<Policy>,
+}
+
+/// Whether `name` (`ns.table`) matches `pattern`, where `*` matches any run of characters.
+pub fn glob_matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let Some(first) = parts.next() else {
+        return pattern == name;
+    };
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let tail: Vec<&str> = parts.collect();
+    for (i, part) in tail.iter().enumerate() {
+        if i == tail.len() - 1 {
+            return rest.ends_with(part);
+        }
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+struct Checker<'a> {
+    source: Source<'a>,
+    problems: Vec<ConfigProblem>,
+}
+
+impl Checker<'_> {
+    fn schedule(&mut self, value: &Spanned<String>) -> Option<cron::Schedule> {
+        match cron::Schedule::from_str(value.get_ref()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                self.problems.push(self.source.problem(
+                    Some(value.span()),
+                    format!("schedule {:?} is not a cron expression (sec min hour day month weekday): {e}", value.get_ref()),
+                ));
+                None
+            }
+        }
+    }
+
+    fn positive(&mut self, value: Option<&Spanned<i64>>, name: &str, default: i64) -> u64 {
+        match value {
+            Some(v) if *v.get_ref() <= 0 => {
+                self.problems.push(
+                    self.source
+                        .problem(Some(v.span()), format!("{name} must be positive")),
+                );
+                default as u64
+            }
+            Some(v) => *v.get_ref() as u64,
+            None => default as u64,
+        }
+    }
+}
+
+const MIB: u64 = 1024 * 1024;
+
+impl MaintenanceConfig {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigErrors> {
+        let text = floe_config::read(path)?;
+        Self::from_toml(Some(path), &text)
+    }
+
+    /// Validates config text (`file` names it in error messages).
+    pub fn from_toml(file: Option<&Path>, text: &str) -> Result<Self, ConfigErrors> {
+        let source = Source { file, text };
+        let raw: RawFile = floe_config::parse(source)?;
+        let mut c = Checker {
+            source,
+            problems: Vec::new(),
+        };
+        floe_config::check_version(source, raw.version.as_ref(), &mut c.problems);
+        if url::Url::parse(raw.catalog.uri.get_ref()).is_err() {
+            c.problems.push(source.problem(
+                Some(raw.catalog.uri.span()),
+                format!("catalog uri {:?} is not a URL", raw.catalog.uri.get_ref()),
+            ));
+        }
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let catalog = CatalogSettings {
+            uri: raw.catalog.uri.get_ref().clone(),
+            warehouse: raw.catalog.warehouse.clone(),
+            token: raw
+                .catalog
+                .token
+                .clone()
+                .or_else(|| env("FLOE_CATALOG_TOKEN")),
+            credential: raw
+                .catalog
+                .credential
+                .clone()
+                .or_else(|| env("FLOE_CATALOG_CREDENTIAL")),
+            ..CatalogSettings::default()
+        };
+        let mut policies = Vec::new();
+        for p in &raw.policies {
+            let tables = p.tables.get_ref().clone();
+            if tables.is_empty() || !(tables.contains('.') || tables.contains('*')) {
+                c.problems.push(source.problem(
+                    Some(p.tables.span()),
+                    format!(
+                        "tables {tables:?} must look like namespace.table (globs with * allowed)"
+                    ),
+                ));
+            }
+            let compact = p.compact.as_ref().and_then(|r| {
+                let schedule = c.schedule(&r.schedule);
+                let task = CompactionSettings {
+                    target_file_size: c.positive(
+                        r.target_file_size_mb.as_ref(),
+                        "target_file_size_mb",
+                        128,
+                    ) * MIB,
+                    min_input_files: c.positive(r.min_input_files.as_ref(), "min_input_files", 5)
+                        as usize,
+                    delete_file_threshold: c.positive(
+                        r.delete_file_threshold.as_ref(),
+                        "delete_file_threshold",
+                        1,
+                    ) as usize,
+                    max_bytes_per_run: c.positive(
+                        r.max_mb_per_run.as_ref(),
+                        "max_mb_per_run",
+                        16384,
+                    ) * MIB,
+                    ..CompactionSettings::default()
+                };
+                schedule.map(|schedule| Scheduled { schedule, task })
+            });
+            let expire = p.expire.as_ref().and_then(|r| {
+                let schedule = c.schedule(&r.schedule);
+                let task = ExpiryPolicy {
+                    older_than: Duration::from_secs(
+                        c.positive(r.older_than_hours.as_ref(), "older_than_hours", 120) * 3600,
+                    ),
+                    retain_last: c.positive(r.retain_last.as_ref(), "retain_last", 10) as usize,
+                };
+                schedule.map(|schedule| Scheduled { schedule, task })
+            });
+            let orphans = p.orphans.as_ref().and_then(|r| {
+                let schedule = c.schedule(&r.schedule);
+                let task = RemoveOrphans {
+                    older_than: Duration::from_secs(
+                        c.positive(r.min_age_hours.as_ref(), "min_age_hours", 72) * 3600,
+                    ),
+                    dry_run: false,
+                };
+                schedule.map(|schedule| Scheduled { schedule, task })
+            });
+            let manifests = p.manifests.as_ref().and_then(|r| {
+                let schedule = c.schedule(&r.schedule);
+                let task = RewriteManifests {
+                    target_bytes: (c.positive(r.target_size_mb.as_ref(), "target_size_mb", 8) * MIB)
+                        as i64,
+                    min_manifests: c.positive(r.min_manifests.as_ref(), "min_manifests", 10)
+                        as usize,
+                };
+                schedule.map(|schedule| Scheduled { schedule, task })
+            });
+            policies.push(Policy {
+                tables,
+                compact,
+                expire,
+                orphans,
+                manifests,
+            });
+        }
+        if !c.problems.is_empty() {
+            return Err(ConfigErrors(c.problems));
+        }
+        Ok(Self { catalog, policies })
+    }
+
+    /// The first policy whose pattern matches `ns.table`.
+    pub fn policy_for(&self, table: &str) -> Option<&Policy> {
+        self.policies
+            .iter()
+            .find(|p| glob_matches(&p.tables, table))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_matches("otel.*", "otel.spans"));
+        assert!(glob_matches("*.spans", "otel.spans"));
+        assert!(glob_matches("otel.spans", "otel.spans"));
+        assert!(glob_matches("*", "a.b"));
+        assert!(glob_matches("o*l.s*s", "otel.spans"));
+        assert!(!glob_matches("otel.*", "cdc.orders"));
+        assert!(!glob_matches("otel.spans", "otel.spans2"));
+    }
+
+    #[test]
+    fn the_example_file_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("maintenance.toml");
+        let config = MaintenanceConfig::load(&path).unwrap();
+        assert!(
+            config
+                .policy_for("otel.spans")
+                .is_some_and(|p| p.compact.is_some())
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_position() {
+        let text = "version = 1\n[catalog]\nuri = \"http://127.0.0.1:8181\"\n\n[[policy]]\ntables = \"orders\"\n[policy.compact]\nschedule = \"every day\"\nmin_input_files = 0\n";
+        let err = MaintenanceConfig::from_toml(Some(Path::new("m.toml")), text).unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.contains("m.toml:6:10: tables \"orders\""), "{shown}");
+        assert!(shown.contains("m.toml:8:12: schedule"), "{shown}");
+        assert!(
+            shown.contains("m.toml:9:19: min_input_files must be positive"),
+            "{shown}"
+        );
+        let err = MaintenanceConfig::from_toml(
+            Some(Path::new("m.toml")),
+            "version = 1\n[catalog]\nuri = \"x\"\nurl = 1\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("m.toml:4:1:"), "{err}");
+    }
+}

@@ -1,0 +1,164 @@
+//! `floe-maintenance plan` and `run-once`, as a user runs them against a real floe-catalog:
+//! plan changes nothing, run-once compacts, merges manifests, expires and sweeps orphans, and a
+//! bad config file is refused with file:line:col and exit code 2.
+
+#[path = "../../crates/floe-lake/tests/support/mod.rs"]
+mod support;
+
+use std::process::Command;
+
+use floe_lake::snapshot::Delta;
+use support::common::{Harness, backends};
+use support::{check, commit, create_table, live_files, scan, write_data};
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_floe-maintenance"))
+        .args(args)
+        .output()
+        .expect("floe-maintenance runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_and_run_once_as_a_user_would() {
+    let h = Harness::start(&backends()[0]).await;
+    let client = support::client(&h, &h.catalog.uri()).await;
+    let (ident, _) = create_table(&client, "ops", "events").await;
+    for i in 0..12i64 {
+        let table = client.load_table(&ident).await.unwrap();
+        let data = write_data(&table, &[i * 2, i * 2 + 1], 1.0).await;
+        commit(
+            &client,
+            &ident,
+            Delta {
+                data_files: data,
+                ..Delta::default()
+            },
+        )
+        .await;
+    }
+    let before = client.load_table(&ident).await.unwrap();
+    let rows = scan(&before).await;
+    let files_before = live_files(&before).await.0.len();
+
+    let dir = std::env::temp_dir().join(format!("floe-maint-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("maintenance.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "version = 1\n[catalog]\nuri = \"{}\"\n\n[[policy]]\ntables = \"ops.*\"\n\
+             [policy.compact]\nschedule = \"0 * * * * *\"\nmin_input_files = 3\n\
+             [policy.manifests]\nschedule = \"0 * * * * *\"\nmin_manifests = 4\n\
+             [policy.expire]\nschedule = \"0 * * * * *\"\nolder_than_hours = 1\nretain_last = 1\n",
+            h.catalog.uri()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+
+    let (code, out, err) = run(&[
+        "plan",
+        "--config",
+        config,
+        "--table",
+        "ops.events",
+        "--task",
+        "compact",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("would rewrite {files_before} data files")),
+        "{out}"
+    );
+    let unchanged = client.load_table(&ident).await.unwrap();
+    assert_eq!(
+        unchanged.metadata.current_snapshot_id(),
+        before.metadata.current_snapshot_id()
+    );
+
+    let (code, out, err) = run(&[
+        "run-once",
+        "--config",
+        config,
+        "--table",
+        "ops.events",
+        "--task",
+        "manifests",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("manifests ops.events: 12 -> 1 manifests"),
+        "{out}"
+    );
+
+    let (code, out, err) = run(&[
+        "run-once",
+        "--config",
+        config,
+        "--table",
+        "ops.events",
+        "--task",
+        "compact",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("rewrote {files_before} data files")),
+        "{out}"
+    );
+    let after = client.load_table(&ident).await.unwrap();
+    assert!(live_files(&after).await.0.len() < files_before);
+    check(&after, false, &rows, "after run-once compact").await;
+
+    // Everything is younger than an hour: nothing expires, no orphan is old enough.
+    let (code, out, _) = run(&[
+        "run-once",
+        "--config",
+        config,
+        "--table",
+        "ops.events",
+        "--task",
+        "expire",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("expired 0 snapshots"), "{out}");
+    let (code, out, _) = run(&[
+        "plan",
+        "--config",
+        config,
+        "--table",
+        "ops.events",
+        "--task",
+        "orphans",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("would remove 0 files"), "{out}");
+
+    // A bad config is refused with its position, before anything runs.
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "version = 1\n[catalog]\nuri = \"http://127.0.0.1:1\"\n[[policy]]\ntables = \"ops.*\"\n[policy.compact]\nschedule = \"sometimes\"\n").unwrap();
+    let (code, _, err) = run(&[
+        "run-once",
+        "--config",
+        bad.to_str().unwrap(),
+        "--table",
+        "ops.events",
+        "--task",
+        "compact",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("bad.toml:7:12: schedule"), "{err}");
+    check(
+        &client.load_table(&ident).await.unwrap(),
+        false,
+        &rows,
+        "end",
+    )
+    .await;
+    std::fs::remove_dir_all(&dir).ok();
+    h.catalog.stop().await.unwrap();
+}
