@@ -7,9 +7,8 @@ mod support;
 
 use std::process::Command;
 
-use floe_lake::snapshot::Delta;
 use support::common::{Harness, backends};
-use support::{check, commit, create_table, live_files, scan, write_data};
+use support::{check, create_table, live_files, scan};
 
 fn run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_floe-maintenance"))
@@ -23,24 +22,25 @@ fn run(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `floe-maintenance VERB --config CONFIG --table ops.events --task TASK`.
+fn task(verb: &str, config: &str, task: &str) -> (i32, String, String) {
+    run(&[
+        verb,
+        "--config",
+        config,
+        "--table",
+        "ops.events",
+        "--task",
+        task,
+    ])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_and_run_once_as_a_user_would() {
     let h = Harness::start(&backends()[0]).await;
     let client = support::client(&h, &h.catalog.uri()).await;
     let (ident, _) = create_table(&client, "ops", "events").await;
-    for i in 0..12i64 {
-        let table = client.load_table(&ident).await.unwrap();
-        let data = write_data(&table, &[i * 2, i * 2 + 1], 1.0).await;
-        commit(
-            &client,
-            &ident,
-            Delta {
-                data_files: data,
-                ..Delta::default()
-            },
-        )
-        .await;
-    }
+    support::append_in_commits(&client, &ident, 0, 12, 2).await;
     let before = client.load_table(&ident).await.unwrap();
     let rows = scan(&before).await;
     let files_before = live_files(&before).await.0.len();
@@ -61,15 +61,7 @@ async fn plan_and_run_once_as_a_user_would() {
     .unwrap();
     let config = config.to_str().unwrap();
 
-    let (code, out, err) = run(&[
-        "plan",
-        "--config",
-        config,
-        "--table",
-        "ops.events",
-        "--task",
-        "compact",
-    ]);
+    let (code, out, err) = task("plan", config, "compact");
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains(&format!("would rewrite {files_before} data files")),
@@ -81,30 +73,14 @@ async fn plan_and_run_once_as_a_user_would() {
         before.metadata.current_snapshot_id()
     );
 
-    let (code, out, err) = run(&[
-        "run-once",
-        "--config",
-        config,
-        "--table",
-        "ops.events",
-        "--task",
-        "manifests",
-    ]);
+    let (code, out, err) = task("run-once", config, "manifests");
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("manifests ops.events: 12 -> 1 manifests"),
         "{out}"
     );
 
-    let (code, out, err) = run(&[
-        "run-once",
-        "--config",
-        config,
-        "--table",
-        "ops.events",
-        "--task",
-        "compact",
-    ]);
+    let (code, out, err) = task("run-once", config, "compact");
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains(&format!("rewrote {files_before} data files")),
@@ -115,26 +91,10 @@ async fn plan_and_run_once_as_a_user_would() {
     check(&after, false, &rows, "after run-once compact").await;
 
     // Everything is younger than an hour: nothing expires, no orphan is old enough.
-    let (code, out, _) = run(&[
-        "run-once",
-        "--config",
-        config,
-        "--table",
-        "ops.events",
-        "--task",
-        "expire",
-    ]);
+    let (code, out, _) = task("run-once", config, "expire");
     assert_eq!(code, 0);
     assert!(out.contains("expired 0 snapshots"), "{out}");
-    let (code, out, _) = run(&[
-        "plan",
-        "--config",
-        config,
-        "--table",
-        "ops.events",
-        "--task",
-        "orphans",
-    ]);
+    let (code, out, _) = task("plan", config, "orphans");
     assert_eq!(code, 0);
     assert!(out.contains("would remove 0 files"), "{out}");
 

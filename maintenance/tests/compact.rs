@@ -27,19 +27,7 @@ async fn compaction_keeps_every_row_and_merges_small_files() {
         let (ident, _) = create_table(&client, "compact", "small").await;
         // 40 commits of 3 rows in both regions: 80 small files in 2 partitions, then upserts
         // and deletes by key in one partition.
-        for i in 0..40i64 {
-            let table = client.load_table(&ident).await.unwrap();
-            let data = write_data(&table, &[i * 3 + 1, i * 3 + 2, i * 3 + 3], 1.0).await;
-            commit(
-                &client,
-                &ident,
-                Delta {
-                    data_files: data,
-                    ..Delta::default()
-                },
-            )
-            .await;
-        }
+        support::append_in_commits(&client, &ident, 1, 40, 3).await;
         let table = client.load_table(&ident).await.unwrap();
         let upsert = Delta {
             data_files: write_data(&table, &[5, 7], 2.0).await,

@@ -313,6 +313,32 @@ pub async fn live_files(table: &LoadedTable) -> (Vec<DataFile>, Vec<DataFile>) {
     (data, deletes)
 }
 
+/// Appends ids `first..` in `commits` separate commits of `per_commit` rows each (small files,
+/// one per partition touched).
+pub async fn append_in_commits(
+    client: &CatalogClient,
+    ident: &TableIdent,
+    first: i64,
+    commits: i64,
+    per_commit: i64,
+) {
+    for c in 0..commits {
+        let table = client.load_table(ident).await.unwrap();
+        let start = first + c * per_commit;
+        let ids: Vec<i64> = (start..start + per_commit).collect();
+        let data_files = write_data(&table, &ids, 1.0).await;
+        commit(
+            client,
+            ident,
+            Delta {
+                data_files,
+                ..Delta::default()
+            },
+        )
+        .await;
+    }
+}
+
 /// Position-delete files removing the row of `id` found in `files`.
 pub async fn position_delete(table: &LoadedTable, files: &[DataFile], id: i64) -> Vec<DataFile> {
     let (file, position) = locate(table, files, id).await;
