@@ -21,50 +21,60 @@ async fn counts(table: &LoadedTable) -> (usize, usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_keeps_every_row_and_merges_small_files() {
     for backend in backends() {
-        let h = Harness::start(&backend).await;
-        let s3 = h.config.warehouse.starts_with("s3://");
-        let client = support::client(&h, &h.catalog.uri()).await;
-        let (ident, _) = create_table(&client, "compact", "small").await;
-        // 40 commits of 3 rows in both regions: 80 small files in 2 partitions, then upserts
-        // and deletes by key in one partition.
-        support::append_in_commits(&client, &ident, 1, 40, 3).await;
-        let table = client.load_table(&ident).await.unwrap();
-        let upsert = Delta {
-            data_files: write_data(&table, &[5, 7], 2.0).await,
-            delete_files: write_equality_deletes(&table, &[5, 7, 9, 11]).await,
-            ..Delta::default()
-        };
-        let before = commit(&client, &ident, upsert).await;
-        let rows_before = scan(&before).await;
-        assert_eq!(rows_before.len(), 118);
-        let (data_before, deletes_before) = counts(&before).await;
-        assert!(data_before >= 80 && deletes_before > 0);
-
-        let settings = CompactionSettings::default();
-        let plan = plan_compaction(&before, &settings)
-            .await
-            .unwrap()
-            .expect("work to do");
-        let report = compact(&client, &ident, &plan, &settings).await.unwrap();
-        assert_eq!(report.groups_conflicted, 0);
-        let after = client.load_table(&ident).await.unwrap();
-        check(&after, s3, &rows_before, "after compaction").await;
-        let (data_after, deletes_after) = counts(&after).await;
-        assert!(
-            data_before >= 10 * data_after,
-            "[{}] {data_before} -> {data_after} data files",
-            backend.label
-        );
-        assert_eq!(
-            deletes_after, 0,
-            "[{}] delete files remain in compacted partitions",
-            backend.label
-        );
-        assert_eq!(report.delete_files_removed, deletes_before);
-        // Nothing left to do.
-        assert!(plan_compaction(&after, &settings).await.unwrap().is_none());
-        h.catalog.stop().await.unwrap();
+        // A stall anywhere (catalog, storage, reader) fails with the backend's name.
+        tokio::time::timeout(
+            std::time::Duration::from_secs(300),
+            compact_one_backend(&backend),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("[{}] compaction test stalled for 5 minutes", backend.label));
     }
+}
+
+async fn compact_one_backend(backend: &support::common::Backend) {
+    let h = Harness::start(backend).await;
+    let s3 = h.config.warehouse.starts_with("s3://");
+    let client = support::client(&h, &h.catalog.uri()).await;
+    let (ident, _) = create_table(&client, "compact", "small").await;
+    // 40 commits of 3 rows in both regions: 80 small files in 2 partitions, then upserts
+    // and deletes by key in one partition.
+    support::append_in_commits(&client, &ident, 1, 40, 3).await;
+    let table = client.load_table(&ident).await.unwrap();
+    let upsert = Delta {
+        data_files: write_data(&table, &[5, 7], 2.0).await,
+        delete_files: write_equality_deletes(&table, &[5, 7, 9, 11]).await,
+        ..Delta::default()
+    };
+    let before = commit(&client, &ident, upsert).await;
+    let rows_before = scan(&before).await;
+    assert_eq!(rows_before.len(), 118);
+    let (data_before, deletes_before) = counts(&before).await;
+    assert!(data_before >= 80 && deletes_before > 0);
+
+    let settings = CompactionSettings::default();
+    let plan = plan_compaction(&before, &settings)
+        .await
+        .unwrap()
+        .expect("work to do");
+    let report = compact(&client, &ident, &plan, &settings).await.unwrap();
+    assert_eq!(report.groups_conflicted, 0);
+    let after = client.load_table(&ident).await.unwrap();
+    check(&after, s3, &rows_before, "after compaction").await;
+    let (data_after, deletes_after) = counts(&after).await;
+    assert!(
+        data_before >= 10 * data_after,
+        "[{}] {data_before} -> {data_after} data files",
+        backend.label
+    );
+    assert_eq!(
+        deletes_after, 0,
+        "[{}] delete files remain in compacted partitions",
+        backend.label
+    );
+    assert_eq!(report.delete_files_removed, deletes_before);
+    // Nothing left to do.
+    assert!(plan_compaction(&after, &settings).await.unwrap().is_none());
+    h.catalog.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

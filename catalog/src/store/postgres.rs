@@ -7,13 +7,20 @@
 //! waiting on a concurrent writer's row lock, so two racing commits can never both win.
 
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime, Timeouts};
 use tokio_postgres::NoTls;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::sql::{Cell, Dialect, Param, SqlBackend, SqlTx};
 use crate::error::{ApiError, ApiResult, ErrorType};
+
+/// Longest wait for a new connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for a free pooled connection.
+const POOL_WAIT: Duration = Duration::from_secs(30);
 
 /// A pool of Postgres connections.
 #[derive(Clone)]
@@ -50,9 +57,12 @@ fn statement_error(error: tokio_postgres::Error) -> ApiError {
 impl PostgresBackend {
     /// Connects to `url` (`postgres://user:pass@host:port/db`) with up to `max_connections`.
     pub fn connect(url: &str, max_connections: usize) -> ApiResult<Self> {
-        let config: tokio_postgres::Config = url.parse().map_err(|e| {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
             ApiError::bad_request(format!("the Postgres store URL is invalid: {e}"))
         })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -60,8 +70,16 @@ impl PostgresBackend {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        // Bounded waits: a request answers 503 when the database is unreachable or every
+        // connection is busy, instead of hanging.
         let pool = Pool::builder(manager)
             .max_size(max_connections)
+            .runtime(Runtime::Tokio1)
+            .timeouts(Timeouts {
+                wait: Some(POOL_WAIT),
+                create: Some(CONNECT_TIMEOUT),
+                recycle: Some(CONNECT_TIMEOUT),
+            })
             .build()
             .map_err(unavailable)?;
         Ok(Self { pool })

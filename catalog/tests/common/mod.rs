@@ -131,7 +131,11 @@ impl Harness {
             backend: backend.clone(),
             config,
             catalog,
-            http: reqwest::Client::new(),
+            // A hung request fails the test instead of stalling the suite.
+            http: reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(120))
+                .build()
+                .unwrap(),
         }
     }
 
