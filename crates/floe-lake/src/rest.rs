@@ -154,13 +154,17 @@ async fn classify(what: &str, response: reqwest::Response) -> LakeResult<reqwest
     ))
 }
 
+/// A namespace as one URL path segment: parts joined by the unit separator (`%1F`).
 fn encode_namespace(ident: &TableIdent) -> String {
-    let joined = ident.namespace().clone().inner().join("\u{1f}");
-    url::form_urlencoded::byte_serialize(joined.as_bytes()).collect::<String>()
+    encode(&ident.namespace().clone().inner().join("\u{1f}"))
 }
 
+/// Percent-encodes one URL path segment. The form encoder writes a space as `+`, which in a
+/// path means a literal plus; it writes a literal plus as `%2B`, so every `+` left is a space.
 fn encode(part: &str) -> String {
-    url::form_urlencoded::byte_serialize(part.as_bytes()).collect()
+    url::form_urlencoded::byte_serialize(part.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
 }
 
 impl CatalogClient {
@@ -398,5 +402,17 @@ impl CatalogClient {
         self.send("commit transaction", || self.http.post(&url).json(&body))
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_keep_spaces_pluses_and_separators() {
+        assert_eq!(encode("a b+c/d"), "a%20b%2Bc%2Fd");
+        let ident = TableIdent::from_strs(["sales", "eu west", "orders"]).unwrap();
+        assert_eq!(encode_namespace(&ident), "sales%1Feu%20west");
     }
 }
