@@ -113,6 +113,7 @@ async fn compaction_rounds_racing_a_writer_lose_and_resurrect_nothing() {
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                 let marker = CommitMarker {
                     job_id: "writer".into(),
+                    writer: None,
                     checkpoint_id: checkpoint,
                     positions: Default::default(),
                 };

@@ -98,6 +98,106 @@ pub fn check_version(
     }
 }
 
+/// Expands `${VAR}` and `${VAR:-default}` from the environment (`$$` is a literal `$`); an
+/// unset variable without a default is an error naming it.
+pub fn interpolate(value: &str) -> Result<String, String> {
+    interpolate_with(value, |name| std::env::var(name).ok())
+}
+
+/// [`interpolate`] with another variable lookup.
+pub fn interpolate_with(
+    value: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+            continue;
+        }
+        let Some(body) = after.strip_prefix('{') else {
+            out.push('$');
+            rest = after;
+            continue;
+        };
+        let Some(end) = body.find('}') else {
+            return Err(format!("unclosed `${{` in {value:?}"));
+        };
+        let expr = &body[..end];
+        let (name, default) = match expr.split_once(":-") {
+            Some((name, default)) => (name, Some(default)),
+            None => (expr, None),
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("`${{{expr}}}` is not a variable reference"));
+        }
+        match (lookup(name).filter(|v| !v.is_empty()), default) {
+            (Some(v), _) => out.push_str(&v),
+            (None, Some(default)) => out.push_str(default),
+            (None, None) => {
+                return Err(format!(
+                    "environment variable {name} is not set (write ${{{name}:-default}} for a default)"
+                ));
+            }
+        }
+        rest = &body[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Parses a duration like `500ms`, `10s`, `5m`, `2h`, `1d`.
+pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
+    let value = value.trim();
+    let split = value
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(value.len());
+    let (number, unit) = value.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{value:?} is not a duration like 10s, 500ms, 5m"))?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" | "min" => number * 60.0,
+        "h" => number * 3600.0,
+        "d" => number * 86400.0,
+        _ => return Err(format!("{value:?} needs a unit: ms, s, m, h or d")),
+    };
+    Ok(std::time::Duration::from_secs_f64(seconds))
+}
+
+/// Parses a size like `512MiB`, `64MB`, `1GiB`, `1000` (bytes).
+pub fn parse_bytes(value: &str) -> Result<u64, String> {
+    let value = value.trim();
+    let split = value
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(value.len());
+    let (number, unit) = value.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("{value:?} is not a size like 512MiB"))?;
+    let scale: f64 = match unit.trim() {
+        "" | "B" => 1.0,
+        "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        _ => {
+            return Err(format!(
+                "{value:?}: the unit must be B, KB, MB, GB, KiB, MiB or GiB"
+            ));
+        }
+    };
+    Ok((number * scale) as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +208,24 @@ mod tests {
     struct Raw {
         version: Option<toml::Spanned<i64>>,
         name: Option<String>,
+    }
+
+    #[test]
+    fn interpolates_environment_values() {
+        let env = |name: &str| (name == "HOST").then(|| "kafka:9092".to_string());
+        assert_eq!(interpolate_with("${HOST}", env).unwrap(), "kafka:9092");
+        assert_eq!(interpolate_with("a-${NOPE:-b}-$$x", env).unwrap(), "a-b-$x");
+        assert!(
+            interpolate_with("${NOPE}", env)
+                .unwrap_err()
+                .contains("NOPE")
+        );
+        assert!(interpolate_with("${HOST", env).is_err());
+        assert_eq!(parse_duration("10s").unwrap().as_millis(), 10_000);
+        assert_eq!(parse_duration("250ms").unwrap().as_millis(), 250);
+        assert!(parse_duration("10").is_err());
+        assert_eq!(parse_bytes("2MiB").unwrap(), 2 * 1024 * 1024);
+        assert!(parse_bytes("2 parsecs").is_err());
     }
 
     #[test]

@@ -234,6 +234,7 @@ async fn main() {
             };
             let marker = CommitMarker {
                 job_id: "bench".into(),
+                writer: None,
                 checkpoint_id: checkpoint,
                 positions: Default::default(),
             };

@@ -19,7 +19,7 @@ use std::time::Duration;
 use iceberg::spec::{DataContentType, ManifestContentType};
 
 use crate::error::{ErrorKind, LakeError, LakeResult};
-use crate::marker::{CommitMarker, newest_marker};
+use crate::marker::{CommitMarker, newest_marker, newest_marker_of};
 use crate::rest::{CatalogClient, LoadedTable};
 use crate::snapshot::{Delta, PreparedSnapshot, current_manifests, prepare_row_delta};
 
@@ -118,6 +118,29 @@ pub async fn commit_checkpoint(
     tables: &[(iceberg::TableIdent, Delta)],
     policy: &RetryPolicy,
 ) -> LakeResult<CommitReport> {
+    commit_checkpoint_planned(client, marker, tables, policy, |_| {
+        Ok(marker.positions.clone())
+    })
+    .await
+}
+
+/// Like [`commit_checkpoint`], for jobs whose positions live in an **anchor** table — the
+/// first of `tables`, which every checkpoint of the job commits to (with an empty delta if it
+/// has no rows), so its newest marker of the job holds the positions of the whole job.
+///
+/// On every attempt, `positions` gets the anchor's newest marker of the job (by any writer) as
+/// of the head the attempt is planned on, and returns the positions to record — typically that
+/// marker's positions with this writer's partitions moved forward — or an error to give up,
+/// e.g. because another writer committed one of this writer's partitions meanwhile (fencing
+/// a replica that lost its partitions without noticing). Landed attempts are recognised by
+/// `marker`'s job, writer and checkpoint id; `marker.positions` is ignored.
+pub async fn commit_checkpoint_planned(
+    client: &CatalogClient,
+    marker: &CommitMarker,
+    tables: &[(iceberg::TableIdent, Delta)],
+    policy: &RetryPolicy,
+    positions: impl Fn(Option<&CommitMarker>) -> LakeResult<std::collections::BTreeMap<String, String>>,
+) -> LakeResult<CommitReport> {
     let mode = if client.supports_transactions() {
         CommitMode::MultiTable
     } else {
@@ -129,15 +152,35 @@ pub async fn commit_checkpoint(
         // Plan every table that does not carry the marker yet, on its current head.
         let mut pending: Vec<(LoadedTable, PreparedSnapshot)> = Vec::new();
         let mut planning_error = None;
-        for (ident, delta) in tables {
-            if done.iter().any(|(d, _)| d == ident) {
-                continue;
-            }
+        // The marker of this attempt: its positions are decided on the anchor's head.
+        let mut attempt_marker: Option<CommitMarker> = None;
+        for (index, (ident, delta)) in tables.iter().enumerate() {
             let table = client.load_table(ident).await?;
-            if let Some(found) = newest_marker(&table.metadata, &marker.job_id)
-                && found.marker.checkpoint_id >= marker.checkpoint_id
-            {
-                done.push((ident.clone(), found.snapshot_id));
+            let own = newest_marker_of(&table.metadata, &marker.job_id, marker.writer.as_deref())
+                .filter(|found| found.marker.checkpoint_id >= marker.checkpoint_id);
+            if index == 0 {
+                attempt_marker = Some(match &own {
+                    // The anchor already has it (an earlier attempt landed on some tables).
+                    Some(found) => found.marker.clone(),
+                    None => {
+                        let base = newest_marker(&table.metadata, &marker.job_id);
+                        match positions(base.as_ref().map(|f| &f.marker)) {
+                            Ok(positions) => CommitMarker {
+                                positions,
+                                ..marker.clone()
+                            },
+                            Err(e) => {
+                                planning_error = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+            if let Some(found) = own {
+                if !done.iter().any(|(d, _)| d == ident) {
+                    done.push((ident.clone(), found.snapshot_id));
+                }
                 continue;
             }
             if let Err(e) = validate_position_targets(&table, delta).await {
@@ -145,6 +188,7 @@ pub async fn commit_checkpoint(
                 break;
             }
             let mut delta = delta.clone();
+            let marker = attempt_marker.as_ref().unwrap_or(marker);
             delta.properties.extend(marker.to_properties());
             match prepare_row_delta(&table, &delta).await {
                 Ok(prepared) => pending.push((table, prepared)),

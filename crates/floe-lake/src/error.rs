@@ -20,6 +20,9 @@ pub enum ErrorKind {
     Unavailable,
     /// Input or table state that this crate cannot handle.
     Invalid,
+    /// Another writer of the same job committed positions this writer was working on (it lost
+    /// them in a rebalance it did not notice); its uncommitted work must be dropped.
+    Fenced,
 }
 
 /// An error of `floe-lake`.

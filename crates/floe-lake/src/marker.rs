@@ -16,13 +16,19 @@ pub const JOB_ID: &str = "floe.job-id";
 pub const CHECKPOINT_ID: &str = "floe.checkpoint-id";
 /// Summary key holding the source positions, a JSON object of strings.
 pub const POSITIONS: &str = "floe.positions";
+/// Summary key holding the writer (one process of the job) that committed, when the job runs
+/// as several replicas.
+pub const WRITER: &str = "floe.writer";
 
 /// What a committed checkpoint records in each snapshot it produces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitMarker {
     /// The job's stable id.
     pub job_id: String,
-    /// The checkpoint, increasing per job.
+    /// The process of the job that commits (replicas of one job differ here); checkpoint ids
+    /// increase per writer.
+    pub writer: Option<String>,
+    /// The checkpoint, increasing per job (per writer when there is one).
     pub checkpoint_id: u64,
     /// Source positions after this checkpoint, e.g. `"otlp_spans/0" -> "1234"`.
     pub positions: BTreeMap<String, String>,
@@ -40,34 +46,50 @@ pub struct FoundMarker {
 impl CommitMarker {
     /// The summary properties that encode this marker.
     pub fn to_properties(&self) -> HashMap<String, String> {
-        HashMap::from([
+        let mut properties = HashMap::from([
             (JOB_ID.to_string(), self.job_id.clone()),
             (CHECKPOINT_ID.to_string(), self.checkpoint_id.to_string()),
             (
                 POSITIONS.to_string(),
                 serde_json::to_string(&self.positions).unwrap_or_else(|_| "{}".into()),
             ),
-        ])
+        ]);
+        if let Some(writer) = &self.writer {
+            properties.insert(WRITER.to_string(), writer.clone());
+        }
+        properties
     }
 
     /// Decodes a marker from summary properties; `None` if absent or malformed.
     pub fn from_properties(properties: &HashMap<String, String>) -> Option<Self> {
         Some(Self {
             job_id: properties.get(JOB_ID)?.clone(),
+            writer: properties.get(WRITER).cloned(),
             checkpoint_id: properties.get(CHECKPOINT_ID)?.parse().ok()?,
             positions: serde_json::from_str(properties.get(POSITIONS)?).ok()?,
         })
     }
 }
 
-/// The newest marker of `job_id` along `main`'s ancestry, if any.
+/// The newest marker of `job_id` (by any writer) along `main`'s ancestry, if any.
 pub fn newest_marker(metadata: &TableMetadata, job_id: &str) -> Option<FoundMarker> {
+    newest_marker_of(metadata, job_id, None)
+}
+
+/// The newest marker of `job_id` along `main`'s ancestry committed by `writer` (any writer when
+/// `None`).
+pub fn newest_marker_of(
+    metadata: &TableMetadata,
+    job_id: &str,
+    writer: Option<&str>,
+) -> Option<FoundMarker> {
     let mut next = metadata.snapshot_for_ref("main").map(|s| s.snapshot_id());
     while let Some(id) = next {
         let snapshot = metadata.snapshot_by_id(id)?;
         let properties = &snapshot.summary().additional_properties;
         if properties.get(JOB_ID).map(String::as_str) == Some(job_id)
             && let Some(marker) = CommitMarker::from_properties(properties)
+            && (writer.is_none() || marker.writer.as_deref() == writer)
         {
             return Some(FoundMarker {
                 marker,
@@ -87,6 +109,7 @@ mod tests {
     fn round_trips_through_properties() {
         let marker = CommitMarker {
             job_id: "otlp".into(),
+            writer: Some("replica-1".into()),
             checkpoint_id: 42,
             positions: BTreeMap::from([("otlp_spans/0".into(), "100".into())]),
         };

@@ -143,6 +143,7 @@ async fn setup(hide_transactions: bool) -> Setup {
 fn marker(checkpoint: u64) -> CommitMarker {
     CommitMarker {
         job_id: "job".into(),
+        writer: None,
         checkpoint_id: checkpoint,
         positions: [("src/0".to_string(), checkpoint.to_string())].into(),
     }

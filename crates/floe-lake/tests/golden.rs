@@ -26,6 +26,7 @@ async fn delete_conformance_scenario() {
         let (ident, table) = create_table(&client, "golden", "orders").await;
         let marker = |checkpoint: u64| CommitMarker {
             job_id: "golden".into(),
+            writer: None,
             checkpoint_id: checkpoint,
             positions: [("src/0".to_string(), (checkpoint * 10).to_string())].into(),
         };

@@ -18,6 +18,7 @@ use support::{batch, check, create_table, scan, write_data, write_equality_delet
 fn marker(job: &str, checkpoint: u64) -> CommitMarker {
     CommitMarker {
         job_id: job.into(),
+        writer: None,
         checkpoint_id: checkpoint,
         positions: [("p/0".to_string(), checkpoint.to_string())].into(),
     }

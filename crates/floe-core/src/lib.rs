@@ -1,0 +1,113 @@
+//! `floe-core`: the vocabulary the runtime and its adapters share.
+//!
+//! * a [`Source`] yields [`SourceRecord`]s from partitions it owns, seeks to [`Positions`] the
+//!   runtime read from the catalog, and is told when positions are durably committed;
+//! * a [`Format`] turns records into Arrow rows of the tables it declares, or refuses a record
+//!   with a reason (the runtime dead-letters it).
+//!
+//! Positions are `"{topic}/{partition}" → next offset`, as decimal strings: the form stored in
+//! every commit marker (`floe.positions`).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_array::RecordBatch;
+
+/// Next offset to read, per `"{topic}/{partition}"`.
+pub type Positions = BTreeMap<String, String>;
+
+/// The key of a partition in [`Positions`].
+pub fn position_key(topic: &str, partition: i32) -> String {
+    format!("{topic}/{partition}")
+}
+
+/// The next offset stored for a partition, if any.
+pub fn position_of(positions: &Positions, topic: &str, partition: i32) -> Option<i64> {
+    positions
+        .get(&position_key(topic, partition))
+        .and_then(|v| v.parse().ok())
+}
+
+/// One record read from a source.
+#[derive(Debug, Clone)]
+pub struct SourceRecord {
+    /// Topic (or stream) name.
+    pub topic: Arc<str>,
+    /// Partition.
+    pub partition: i32,
+    /// Offset within the partition.
+    pub offset: i64,
+    /// The payload (empty for a tombstone).
+    pub payload: Vec<u8>,
+}
+
+/// What a poll brought.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polled {
+    /// Zero or more records (appended to the output).
+    Records,
+    /// The set of owned partitions changed: uncommitted work must be dropped and every owned
+    /// partition sought again.
+    Rebalanced,
+    /// The source has no more records, ever (bounded sources).
+    Finished,
+}
+
+/// A source failure the job cannot continue through.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SourceError(pub String);
+
+/// A partitioned, replayable source.
+pub trait Source: Send {
+    /// Appends up to `max` records to `out`, waiting at most `timeout` for them.
+    fn poll(
+        &mut self,
+        out: &mut Vec<SourceRecord>,
+        max: usize,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Polled, SourceError>> + Send;
+
+    /// The partitions owned now, as position keys.
+    fn assignment(&self) -> Vec<String>;
+
+    /// Reads every owned partition from `positions` (partitions missing from it start where
+    /// the source's start policy says). Records before those positions are never returned.
+    fn seek(&mut self, positions: &Positions) -> Result<(), SourceError>;
+
+    /// `positions` are committed durably; tell upstream (advisory, for lag monitoring).
+    fn acknowledge(&mut self, positions: &Positions);
+}
+
+/// A table a format writes.
+#[derive(Debug, Clone)]
+pub struct TableSpec {
+    /// The key used in job files and in [`Format::take`].
+    pub key: &'static str,
+    /// Default table name.
+    pub default_name: &'static str,
+    /// Iceberg schema.
+    pub schema: iceberg::spec::Schema,
+    /// The timestamp column partitioned by `day` by default.
+    pub time_column: &'static str,
+    /// Columns that get a Parquet bloom filter.
+    pub bloom_filter_columns: &'static [&'static str],
+}
+
+/// Records → rows of the tables a format declares.
+pub trait Format: Send {
+    /// The tables, in a fixed order.
+    fn tables(&self) -> Vec<TableSpec>;
+
+    /// Decodes one record and appends its rows; `Err` is the reason it cannot be decoded (no
+    /// rows were appended).
+    fn append(&mut self, record: &SourceRecord, ingested_at_us: i64) -> Result<usize, String>;
+
+    /// Rows appended since the last take.
+    fn buffered_rows(&self) -> usize;
+
+    /// The appended rows per table key; the format starts empty again.
+    fn take(&mut self) -> Vec<(&'static str, RecordBatch)>;
+}

@@ -1,0 +1,315 @@
+//! `floe-kafka`: the Kafka [`Source`] — consumer-group membership through rdkafka, reading
+//! from the positions committed in Iceberg rather than the group's offsets.
+//!
+//! Contract:
+//! * the group only assigns partitions. Where a partition is read from is decided by the
+//!   runtime through [`Source::seek`] (positions from the catalog); a partition without a
+//!   position starts at the job's start policy (`earliest` / `latest`). Group offsets are
+//!   committed after each Iceberg commit for lag monitoring only;
+//! * a record before a partition's sought position is never returned. librdkafka cannot always
+//!   seek a partition the instant it is assigned, so the seek is also retried when the first
+//!   record of the partition shows up at another offset (and that record is dropped);
+//! * every assignment change is reported as [`Polled::Rebalanced`], so the runtime drops its
+//!   uncommitted work and seeks again: records are never committed by two group members.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use floe_core::{Polled, Positions, Source, SourceError, SourceRecord, position_key};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
+
+/// Where a partition without a committed position starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAt {
+    /// The oldest record still in Kafka.
+    Earliest,
+    /// Only records produced from now on.
+    Latest,
+}
+
+/// Settings of the Kafka source.
+#[derive(Debug, Clone)]
+pub struct KafkaSettings {
+    /// `bootstrap.servers`.
+    pub brokers: String,
+    /// Topics to subscribe to.
+    pub topics: Vec<String>,
+    /// Consumer group; replicas of one job share it.
+    pub group_id: String,
+    /// Start of partitions with no committed position.
+    pub start: StartAt,
+    /// Other librdkafka properties (security, timeouts), passed through.
+    pub properties: BTreeMap<String, String>,
+}
+
+/// Counts assignment changes; the consumer's callbacks run inside `recv`.
+struct GroupContext {
+    generation: Arc<AtomicU64>,
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                tracing::info!(partitions = tpl.count(), "partitions assigned")
+            }
+            Rebalance::Revoke(tpl) => {
+                tracing::info!(partitions = tpl.count(), "partitions revoked")
+            }
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance failed"),
+        }
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The Kafka source.
+pub struct KafkaSource {
+    consumer: StreamConsumer<GroupContext>,
+    generation: Arc<AtomicU64>,
+    seen_generation: u64,
+    start: StartAt,
+    /// Partitions whose seek is not confirmed yet: the offset their next record must have, and
+    /// the seeks tried.
+    pending: HashMap<(Arc<str>, i32), (i64, u32)>,
+    /// Next offset to accept per partition.
+    next: HashMap<(Arc<str>, i32), i64>,
+    topics: HashMap<String, Arc<str>>,
+}
+
+impl std::fmt::Debug for KafkaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSource")
+            .field("start", &self.start)
+            .field("pending", &self.pending.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaSource {
+    /// Joins the group and subscribes.
+    pub fn connect(settings: &KafkaSettings) -> Result<Self, SourceError> {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &settings.brokers)
+            .set("group.id", &settings.group_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set(
+                "auto.offset.reset",
+                match settings.start {
+                    StartAt::Earliest => "earliest",
+                    StartAt::Latest => "latest",
+                },
+            )
+            .set("client.id", "floe");
+        for (key, value) in &settings.properties {
+            config.set(key, value);
+        }
+        let generation = Arc::new(AtomicU64::new(0));
+        let consumer: StreamConsumer<GroupContext> = config
+            .create_with_context(GroupContext {
+                generation: generation.clone(),
+            })
+            .map_err(|e| SourceError(format!("cannot create the Kafka consumer: {e}")))?;
+        let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(|e| SourceError(format!("cannot subscribe to {topics:?}: {e}")))?;
+        Ok(Self {
+            consumer,
+            generation,
+            seen_generation: 0,
+            start: settings.start,
+            pending: HashMap::new(),
+            next: HashMap::new(),
+            topics: settings
+                .topics
+                .iter()
+                .map(|t| (t.clone(), Arc::from(t.as_str())))
+                .collect(),
+        })
+    }
+
+    fn topic(&mut self, name: &str) -> Arc<str> {
+        self.topics
+            .entry(name.to_string())
+            .or_insert_with(|| Arc::from(name))
+            .clone()
+    }
+
+    /// Whether a record at `offset` of `partition` is the next one to return; re-seeks a
+    /// partition whose seek has not taken effect yet.
+    fn accept(&mut self, key: &(Arc<str>, i32), offset: i64) -> bool {
+        if let Some((wanted, attempts)) = self.pending.get(key).copied() {
+            if offset < wanted || (offset > wanted && attempts < SEEK_ATTEMPTS) {
+                if let Err(e) = self.consumer.seek(
+                    &key.0,
+                    key.1,
+                    Offset::Offset(wanted),
+                    Duration::from_secs(5),
+                ) {
+                    tracing::debug!(error = %e, "seek not possible yet");
+                }
+                self.pending.insert(key.clone(), (wanted, attempts + 1));
+                return false;
+            }
+            if offset > wanted {
+                tracing::warn!(
+                    topic = %key.0,
+                    partition = key.1,
+                    wanted,
+                    offset,
+                    "records before this offset are no longer in Kafka (retention?); continuing"
+                );
+            }
+            self.pending.remove(key);
+        }
+        match self.next.get(key) {
+            Some(next) if offset < *next => false,
+            _ => {
+                self.next.insert(key.clone(), offset + 1);
+                true
+            }
+        }
+    }
+
+    /// The offset the start policy means for a partition now.
+    fn start_offset(&self, topic: &str, partition: i32) -> Result<i64, SourceError> {
+        let (low, high) = self
+            .consumer
+            .fetch_watermarks(topic, partition, Duration::from_secs(10))
+            .map_err(|e| {
+                SourceError(format!(
+                    "cannot read the offsets of {topic}/{partition}: {e}"
+                ))
+            })?;
+        Ok(match self.start {
+            StartAt::Earliest => low,
+            StartAt::Latest => high,
+        })
+    }
+}
+
+/// Seeks retried before a partition's first record is taken as the oldest still available.
+const SEEK_ATTEMPTS: u32 = 3;
+
+impl Source for KafkaSource {
+    async fn poll(
+        &mut self,
+        out: &mut Vec<SourceRecord>,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<Polled, SourceError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while out.len() < max {
+            let message = match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
+                Err(_) => break,
+                Ok(Err(e)) => {
+                    // Transient broker errors are retried by librdkafka; report and go on.
+                    tracing::warn!(error = %e, "Kafka consumer error");
+                    continue;
+                }
+                Ok(Ok(message)) => message,
+            };
+            let generation = self.generation.load(Ordering::SeqCst);
+            if generation != self.seen_generation {
+                // This record may belong to the new assignment, read from the group's offset;
+                // the runtime seeks and it comes again.
+                self.seen_generation = generation;
+                return Ok(Polled::Rebalanced);
+            }
+            let (topic, partition, offset) = (
+                message.topic().to_string(),
+                message.partition(),
+                message.offset(),
+            );
+            let payload = message.payload().map(<[u8]>::to_vec).unwrap_or_default();
+            drop(message);
+            let key = (self.topic(&topic), partition);
+            if self.accept(&key, offset) {
+                out.push(SourceRecord {
+                    topic: key.0,
+                    partition,
+                    offset,
+                    payload,
+                });
+            }
+        }
+        let generation = self.generation.load(Ordering::SeqCst);
+        if generation != self.seen_generation {
+            self.seen_generation = generation;
+            return Ok(Polled::Rebalanced);
+        }
+        Ok(Polled::Records)
+    }
+
+    fn assignment(&self) -> Vec<String> {
+        self.consumer
+            .assignment()
+            .map(|tpl| {
+                tpl.elements()
+                    .iter()
+                    .map(|e| position_key(e.topic(), e.partition()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn seek(&mut self, positions: &Positions) -> Result<(), SourceError> {
+        let assignment = self
+            .consumer
+            .assignment()
+            .map_err(|e| SourceError(format!("cannot read the assignment: {e}")))?;
+        self.pending.clear();
+        self.next.clear();
+        for element in assignment.elements() {
+            let topic = self.topic(element.topic());
+            let partition = element.partition();
+            let key = position_key(&topic, partition);
+            let next = match positions.get(&key).and_then(|v| v.parse::<i64>().ok()) {
+                Some(next) => next,
+                None => self.start_offset(&topic, partition)?,
+            };
+            self.next.insert((topic.clone(), partition), next);
+            self.pending.insert((topic.clone(), partition), (next, 0));
+            if let Err(e) = self.consumer.seek(
+                &topic,
+                partition,
+                Offset::Offset(next),
+                Duration::from_secs(5),
+            ) {
+                tracing::debug!(%key, error = %e, "seek deferred to the first record");
+            }
+        }
+        Ok(())
+    }
+
+    fn acknowledge(&mut self, positions: &Positions) {
+        let mut tpl = TopicPartitionList::new();
+        for (key, next) in positions {
+            let (Some((topic, partition)), Ok(next)) = (key.rsplit_once('/'), next.parse::<i64>())
+            else {
+                continue;
+            };
+            let Ok(partition) = partition.parse::<i32>() else {
+                continue;
+            };
+            let key = (self.topic(topic), partition);
+            if self.next.contains_key(&key) {
+                let _ = tpl.add_partition_offset(topic, partition, Offset::Offset(next));
+            }
+        }
+        if tpl.count() > 0
+            && let Err(e) = self
+                .consumer
+                .commit(&tpl, rdkafka::consumer::CommitMode::Async)
+        {
+            tracing::debug!(error = %e, "could not commit group offsets (advisory)");
+        }
+    }
+}

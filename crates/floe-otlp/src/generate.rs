@@ -1,0 +1,517 @@
+//! A generator of realistic OTLP data: what `floe quickstart` ingests and what the benchmarks
+//! and tests produce.
+//!
+//! A small shop of services calls each other: `frontend` → `checkout` → `payments` /
+//! `inventory` → `postgres`. Every request is one trace (a root span and its children, with
+//! log-normal latencies and a few percent of errors), logs along the way (with trace context,
+//! more severe on errors), and every tick each service reports metrics of every kind: a CPU
+//! gauge, a monotonic request counter, a latency histogram and exponential histogram, and a GC
+//! pause summary. Records are protobuf-encoded exactly as the Collector's Kafka exporter writes
+//! them, so the pipeline decodes real bytes. The sequence is deterministic for a seed.
+
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord, LogsData, ResourceLogs, ScopeLogs};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, ExponentialHistogram, ExponentialHistogramDataPoint, Gauge, Histogram,
+    HistogramDataPoint, Metric, MetricsData, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+    Summary, SummaryDataPoint, exponential_histogram_data_point, metric, number_data_point,
+    summary_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{
+    ResourceSpans, ScopeSpans, Span, Status, TracesData, span,
+};
+use prost::Message as _;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::decode::Signal;
+
+const SERVICES: &[(&str, &[&str])] = &[
+    (
+        "frontend",
+        &["GET /", "GET /product", "POST /cart", "POST /checkout"],
+    ),
+    ("checkout", &["PlaceOrder", "GetCart"]),
+    ("payments", &["Charge", "Refund"]),
+    ("inventory", &["Reserve", "Lookup"]),
+    (
+        "postgres",
+        &["SELECT orders", "INSERT orders", "UPDATE stock"],
+    ),
+];
+
+/// Produces OTLP records (protobuf bytes) of all three signals.
+#[derive(Debug)]
+pub struct Generator {
+    rng: StdRng,
+    /// Nanoseconds since the epoch of the next request.
+    clock: u64,
+    requests: u64,
+}
+
+/// One generated record.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// Its signal.
+    pub signal: Signal,
+    /// Protobuf bytes of `TracesData` / `LogsData` / `MetricsData`.
+    pub bytes: Vec<u8>,
+    /// Items (spans, log records, data points) in it.
+    pub items: usize,
+}
+
+fn kv(key: &str, value: impl Into<Val>) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(AnyValue {
+            value: Some(match value.into() {
+                Val::S(s) => any_value::Value::StringValue(s),
+                Val::I(i) => any_value::Value::IntValue(i),
+                Val::B(b) => any_value::Value::BoolValue(b),
+            }),
+        }),
+        ..Default::default()
+    }
+}
+
+enum Val {
+    S(String),
+    I(i64),
+    B(bool),
+}
+impl From<&str> for Val {
+    fn from(s: &str) -> Self {
+        Val::S(s.to_string())
+    }
+}
+impl From<String> for Val {
+    fn from(s: String) -> Self {
+        Val::S(s)
+    }
+}
+impl From<i64> for Val {
+    fn from(i: i64) -> Self {
+        Val::I(i)
+    }
+}
+impl From<bool> for Val {
+    fn from(b: bool) -> Self {
+        Val::B(b)
+    }
+}
+
+fn resource(service: &str, instance: usize) -> Resource {
+    Resource {
+        attributes: vec![
+            kv("service.name", service),
+            kv("service.namespace", "shop"),
+            kv("service.instance.id", format!("{service}-{instance}")),
+            kv("deployment.environment.name", "quickstart"),
+            kv("host.name", format!("node-{}", instance % 3)),
+        ],
+        ..Default::default()
+    }
+}
+
+fn scope() -> Option<InstrumentationScope> {
+    Some(InstrumentationScope {
+        name: "floe.quickstart".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        ..Default::default()
+    })
+}
+
+impl Generator {
+    /// A generator starting at `start_unix_nano`, deterministic for `seed`.
+    pub fn new(seed: u64, start_unix_nano: u64) -> Self {
+        Self {
+            rng: StdRng::seed_from_u64(seed),
+            clock: start_unix_nano,
+            requests: 0,
+        }
+    }
+
+    fn id<const N: usize>(&mut self) -> Vec<u8> {
+        let mut bytes = [0u8; N];
+        self.rng.fill(&mut bytes[..]);
+        bytes[0] |= 1; // never all zero
+        bytes.to_vec()
+    }
+
+    /// Log-normal latency in ns around `median_ms`.
+    fn latency(&mut self, median_ms: f64) -> u64 {
+        let normal: f64 = (0..6).map(|_| self.rng.random::<f64>()).sum::<f64>() - 3.0;
+        (median_ms * (0.6 * normal).exp() * 1e6) as u64
+    }
+
+    /// `requests` traces with their logs, as one traces record and one logs record.
+    pub fn requests(&mut self, requests: usize) -> [Record; 2] {
+        let mut spans_by_service: Vec<Vec<Span>> = vec![Vec::new(); SERVICES.len()];
+        let mut logs_by_service: Vec<Vec<LogRecord>> = vec![Vec::new(); SERVICES.len()];
+        for _ in 0..requests {
+            self.requests += 1;
+            self.clock += self.rng.random_range(100_000..2_000_000);
+            let trace_id = self.id::<16>();
+            let failed = self.rng.random_bool(0.03);
+            let mut parent: Vec<u8> = Vec::new();
+            let mut start = self.clock;
+            // One span per tier, each a child of the one before.
+            for (tier, (_, operations)) in SERVICES.iter().enumerate() {
+                let span_id = self.id::<8>();
+                let duration = self.latency(40.0 / (tier + 1) as f64);
+                let name = operations[self.rng.random_range(0..operations.len())];
+                let error_here = failed && tier == SERVICES.len() - 2;
+                let mut events = Vec::new();
+                if error_here {
+                    events.push(span::Event {
+                        time_unix_nano: start + duration / 2,
+                        name: "exception".into(),
+                        attributes: vec![
+                            kv("exception.type", "TimeoutError"),
+                            kv("exception.message", "upstream timed out"),
+                        ],
+                        ..Default::default()
+                    });
+                }
+                spans_by_service[tier].push(Span {
+                    trace_id: trace_id.clone(),
+                    span_id: span_id.clone(),
+                    parent_span_id: parent.clone(),
+                    name: name.into(),
+                    kind: if tier == 0 { 2 } else { 3 },
+                    start_time_unix_nano: start,
+                    end_time_unix_nano: start + duration,
+                    attributes: vec![
+                        kv(
+                            "http.request.method",
+                            if name.starts_with("GET") {
+                                "GET"
+                            } else {
+                                "POST"
+                            },
+                        ),
+                        kv(
+                            "http.response.status_code",
+                            if failed { 500i64 } else { 200i64 },
+                        ),
+                        kv("shop.request", self.requests as i64),
+                    ],
+                    events,
+                    status: Some(Status {
+                        code: if failed { 2 } else { 0 },
+                        message: if error_here {
+                            "upstream timed out".into()
+                        } else {
+                            String::new()
+                        },
+                    }),
+                    flags: 1,
+                    ..Default::default()
+                });
+                let (severity, text, body) = if error_here {
+                    (17, "ERROR", format!("{name} failed: upstream timed out"))
+                } else {
+                    (
+                        9,
+                        "INFO",
+                        format!("{name} done in {} ms", duration / 1_000_000),
+                    )
+                };
+                logs_by_service[tier].push(LogRecord {
+                    time_unix_nano: start + duration,
+                    observed_time_unix_nano: start + duration + 1_000,
+                    severity_number: severity,
+                    severity_text: text.into(),
+                    body: Some(AnyValue {
+                        value: Some(any_value::Value::StringValue(body)),
+                    }),
+                    attributes: vec![kv("operation", name), kv("retry", false)],
+                    trace_id: trace_id.clone(),
+                    span_id: span_id.clone(),
+                    flags: 1,
+                    ..Default::default()
+                });
+                parent = span_id;
+                start += duration / 10;
+            }
+        }
+        let instance = self.rng.random_range(0..3);
+        let traces = TracesData {
+            resource_spans: spans_by_service
+                .into_iter()
+                .enumerate()
+                .map(|(i, spans)| ResourceSpans {
+                    resource: Some(resource(SERVICES[i].0, instance)),
+                    scope_spans: vec![ScopeSpans {
+                        scope: scope(),
+                        spans,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        let logs = LogsData {
+            resource_logs: logs_by_service
+                .into_iter()
+                .enumerate()
+                .map(|(i, log_records)| ResourceLogs {
+                    resource: Some(resource(SERVICES[i].0, instance)),
+                    scope_logs: vec![ScopeLogs {
+                        scope: scope(),
+                        log_records,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .collect(),
+        };
+        let n = requests * SERVICES.len();
+        [
+            Record {
+                signal: Signal::Traces,
+                bytes: traces.encode_to_vec(),
+                items: n,
+            },
+            Record {
+                signal: Signal::Logs,
+                bytes: logs.encode_to_vec(),
+                items: n,
+            },
+        ]
+    }
+
+    /// One metrics record: every service reports one data point of every metric kind.
+    pub fn metrics(&mut self) -> Record {
+        let time = self.clock;
+        let start = time.saturating_sub(60_000_000_000);
+        let mut resource_metrics = Vec::new();
+        for (i, (service, _)) in SERVICES.iter().enumerate() {
+            let attrs = vec![kv("http.route", "/"), kv("region", "eu-west-1")];
+            let bounds = vec![5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0];
+            let buckets: Vec<u64> = (0..=bounds.len())
+                .map(|_| self.rng.random_range(0..200))
+                .collect();
+            let count: u64 = buckets.iter().sum();
+            let point = |value| NumberDataPoint {
+                attributes: attrs.clone(),
+                start_time_unix_nano: start,
+                time_unix_nano: time,
+                value: Some(value),
+                ..Default::default()
+            };
+            let metrics = vec![
+                Metric {
+                    name: "process.cpu.utilization".into(),
+                    unit: "1".into(),
+                    description: "CPU in use".into(),
+                    data: Some(metric::Data::Gauge(Gauge {
+                        data_points: vec![point(number_data_point::Value::AsDouble(
+                            self.rng.random_range(0.05..0.95),
+                        ))],
+                    })),
+                    ..Default::default()
+                },
+                Metric {
+                    name: "http.server.requests".into(),
+                    unit: "{request}".into(),
+                    data: Some(metric::Data::Sum(Sum {
+                        data_points: vec![point(number_data_point::Value::AsInt(
+                            (self.requests * (i as u64 + 1)) as i64,
+                        ))],
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                        is_monotonic: true,
+                    })),
+                    ..Default::default()
+                },
+                Metric {
+                    name: "http.server.request.duration".into(),
+                    unit: "ms".into(),
+                    data: Some(metric::Data::Histogram(Histogram {
+                        data_points: vec![HistogramDataPoint {
+                            attributes: attrs.clone(),
+                            start_time_unix_nano: start,
+                            time_unix_nano: time,
+                            count,
+                            sum: Some(count as f64 * 37.5),
+                            bucket_counts: buckets.clone(),
+                            explicit_bounds: bounds,
+                            min: Some(0.4),
+                            max: Some(812.0),
+                            ..Default::default()
+                        }],
+                        aggregation_temporality: AggregationTemporality::Delta as i32,
+                    })),
+                    ..Default::default()
+                },
+                Metric {
+                    name: "http.server.request.duration.exp".into(),
+                    unit: "ms".into(),
+                    data: Some(metric::Data::ExponentialHistogram(ExponentialHistogram {
+                        data_points: vec![ExponentialHistogramDataPoint {
+                            attributes: attrs.clone(),
+                            start_time_unix_nano: start,
+                            time_unix_nano: time,
+                            count,
+                            sum: Some(count as f64 * 37.5),
+                            scale: 3,
+                            zero_count: 1,
+                            positive: Some(exponential_histogram_data_point::Buckets {
+                                offset: 10,
+                                bucket_counts: buckets,
+                            }),
+                            min: Some(0.4),
+                            max: Some(812.0),
+                            ..Default::default()
+                        }],
+                        aggregation_temporality: AggregationTemporality::Delta as i32,
+                    })),
+                    ..Default::default()
+                },
+                Metric {
+                    name: "runtime.gc.pause".into(),
+                    unit: "ms".into(),
+                    data: Some(metric::Data::Summary(Summary {
+                        data_points: vec![SummaryDataPoint {
+                            attributes: attrs.clone(),
+                            start_time_unix_nano: start,
+                            time_unix_nano: time,
+                            count: 120,
+                            sum: 360.0,
+                            quantile_values: [(0.5, 2.0), (0.9, 5.5), (0.99, 12.0)]
+                                .into_iter()
+                                .map(|(quantile, value)| summary_data_point::ValueAtQuantile {
+                                    quantile,
+                                    value,
+                                })
+                                .collect(),
+                            ..Default::default()
+                        }],
+                    })),
+                    ..Default::default()
+                },
+            ];
+            resource_metrics.push(ResourceMetrics {
+                resource: Some(resource(service, 0)),
+                scope_metrics: vec![ScopeMetrics {
+                    scope: scope(),
+                    metrics,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            });
+        }
+        let items = resource_metrics.len() * 5;
+        Record {
+            signal: Signal::Metrics,
+            bytes: MetricsData { resource_metrics }.encode_to_vec(),
+            items,
+        }
+    }
+}
+
+/// The generator as a [`floe_core::Source`]: records on `otlp_spans/0`, `otlp_logs/0` and
+/// `otlp_metrics/0`, paced at `requests_per_second`, for `duration` if given. Offsets count
+/// records per topic; seeking continues the count (with fresh data) so a restarted quickstart
+/// appends rather than repeats.
+#[derive(Debug)]
+pub struct GeneratorSource {
+    generator: Generator,
+    seed: u64,
+    requests_per_second: u64,
+    ends: Option<std::time::Instant>,
+    started: std::time::Instant,
+    requests_sent: u64,
+    last_metrics: std::time::Instant,
+    offsets: [i64; 3],
+}
+
+const TOPICS: [&str; 3] = ["otlp_spans", "otlp_logs", "otlp_metrics"];
+
+impl GeneratorSource {
+    /// A paced generator.
+    pub fn new(seed: u64, requests_per_second: u64, duration: Option<std::time::Duration>) -> Self {
+        let now = std::time::Instant::now();
+        Self {
+            generator: Generator::new(seed, now_unix_nano()),
+            seed,
+            requests_per_second: requests_per_second.max(1),
+            ends: duration.map(|d| now + d),
+            started: now,
+            requests_sent: 0,
+            last_metrics: now,
+            offsets: [0; 3],
+        }
+    }
+
+    fn emit(&mut self, out: &mut Vec<floe_core::SourceRecord>, topic: usize, bytes: Vec<u8>) {
+        out.push(floe_core::SourceRecord {
+            topic: std::sync::Arc::from(TOPICS[topic]),
+            partition: 0,
+            offset: self.offsets[topic],
+            payload: bytes,
+        });
+        self.offsets[topic] += 1;
+    }
+}
+
+fn now_unix_nano() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default()
+}
+
+impl floe_core::Source for GeneratorSource {
+    async fn poll(
+        &mut self,
+        out: &mut Vec<floe_core::SourceRecord>,
+        max: usize,
+        timeout: std::time::Duration,
+    ) -> Result<floe_core::Polled, floe_core::SourceError> {
+        let now = std::time::Instant::now();
+        if self.ends.is_some_and(|end| now >= end) {
+            return Ok(floe_core::Polled::Finished);
+        }
+        // Requests due by now at the configured rate, in records of at most 100 requests.
+        let due = (now.duration_since(self.started).as_secs_f64() * self.requests_per_second as f64)
+            as u64;
+        let mut pending = due.saturating_sub(self.requests_sent);
+        while pending > 0 && out.len() + 3 <= max {
+            let n = pending.min(100);
+            let [traces, logs] = self.generator.requests(n as usize);
+            self.emit(out, 0, traces.bytes);
+            self.emit(out, 1, logs.bytes);
+            self.requests_sent += n;
+            pending -= n;
+        }
+        if now.duration_since(self.last_metrics) >= std::time::Duration::from_secs(1) {
+            self.last_metrics = now;
+            let metrics = self.generator.metrics();
+            self.emit(out, 2, metrics.bytes);
+        }
+        if out.is_empty() {
+            tokio::time::sleep(timeout.min(std::time::Duration::from_millis(20))).await;
+        }
+        Ok(floe_core::Polled::Records)
+    }
+
+    fn assignment(&self) -> Vec<String> {
+        TOPICS
+            .iter()
+            .map(|t| floe_core::position_key(t, 0))
+            .collect()
+    }
+
+    fn seek(&mut self, positions: &floe_core::Positions) -> Result<(), floe_core::SourceError> {
+        for (i, topic) in TOPICS.iter().enumerate() {
+            self.offsets[i] = floe_core::position_of(positions, topic, 0).unwrap_or(0);
+        }
+        // Fresh data for a continued run: another seed per starting offset.
+        self.generator = Generator::new(self.seed ^ self.offsets[0] as u64, now_unix_nano());
+        Ok(())
+    }
+
+    fn acknowledge(&mut self, _positions: &floe_core::Positions) {}
+}

@@ -1,0 +1,774 @@
+//! Decoded OTLP requests → Arrow rows of the tables in [`crate::schema`].
+//!
+//! [`TableBuilders`] holds one set of Arrow builders per table, made from the table's Arrow
+//! schema, so the finished batches carry exactly the table's types (field ids included). Rows
+//! are appended column by column in schema order through a [`Row`] cursor; the cursor checks
+//! the builder type of each column, and [`TableBuilders::finish`] checks every column got the
+//! same number of values, so an order mistake fails loudly in tests rather than writing a
+//! shifted table.
+//!
+//! Conversions (`../shared/reference/otlp.md` §3): ids become lowercase hex (empty or all-zero
+//! → NULL); attributes become `map<string,string>` (scalars stringified, arrays and kvlists as
+//! JSON, bytes as base64); times are kept raw in `*_unix_nano` and as µs `timestamptz`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use arrow_array::builder::{
+    ArrayBuilder, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, ListBuilder,
+    MapBuilder, StringBuilder, StructBuilder, TimestampMicrosecondBuilder, make_builder,
+};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::SchemaRef;
+use base64::Engine as _;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
+use opentelemetry_proto::tonic::logs::v1::LogsData;
+use opentelemetry_proto::tonic::metrics::v1::{
+    Exemplar, Metric, MetricsData, exemplar, metric, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::TracesData;
+
+use crate::schema::OtlpTable;
+
+/// Where a record came from: written on every row it produces.
+#[derive(Debug, Clone, Copy)]
+pub struct Lineage<'a> {
+    /// Kafka topic (or the generator's stream name).
+    pub topic: &'a str,
+    /// Partition.
+    pub partition: i32,
+    /// Offset of the record.
+    pub offset: i64,
+    /// When Floe read it, µs since the epoch.
+    pub ingested_at_us: i64,
+}
+
+type AnyBuilder = Box<dyn ArrayBuilder>;
+type StrMapBuilder = MapBuilder<AnyBuilder, AnyBuilder>;
+type AnyListBuilder = ListBuilder<AnyBuilder>;
+
+/// Builders for one table.
+struct TableColumns {
+    schema: SchemaRef,
+    columns: Vec<AnyBuilder>,
+    rows: usize,
+}
+
+impl TableColumns {
+    fn new(schema: SchemaRef) -> Self {
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| make_builder(f.data_type(), 1024))
+            .collect();
+        Self {
+            schema,
+            columns,
+            rows: 0,
+        }
+    }
+
+    fn row(&mut self) -> Row<'_, Vec<AnyBuilder>> {
+        self.rows += 1;
+        Row {
+            slots: &mut self.columns,
+            next: 0,
+        }
+    }
+
+    fn finish(&mut self) -> RecordBatch {
+        let arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|c| c.finish()).collect();
+        self.rows = 0;
+        RecordBatch::try_new(self.schema.clone(), arrays)
+            .expect("rows are appended in schema order, one value per column")
+    }
+}
+
+/// Builders addressed by position: a table's columns or a struct's fields.
+trait Slots {
+    fn slot<B: ArrayBuilder>(&mut self, index: usize) -> &mut B;
+}
+
+impl Slots for Vec<AnyBuilder> {
+    fn slot<B: ArrayBuilder>(&mut self, index: usize) -> &mut B {
+        self[index]
+            .as_any_mut()
+            .downcast_mut::<B>()
+            .unwrap_or_else(|| panic!("column {index} has another builder type"))
+    }
+}
+
+impl Slots for StructBuilder {
+    fn slot<B: ArrayBuilder>(&mut self, index: usize) -> &mut B {
+        self.field_builder::<B>(index)
+            .unwrap_or_else(|| panic!("struct field {index} has another builder type"))
+    }
+}
+
+/// Appends one value to each column in order.
+struct Row<'a, S: Slots> {
+    slots: &'a mut S,
+    next: usize,
+}
+
+fn downcast<B: ArrayBuilder>(builder: &mut AnyBuilder) -> &mut B {
+    builder
+        .as_any_mut()
+        .downcast_mut::<B>()
+        .expect("nested builder of the schema's type")
+}
+
+impl<S: Slots> Row<'_, S> {
+    fn builder<B: ArrayBuilder>(&mut self) -> &mut B {
+        let index = self.next;
+        self.next += 1;
+        self.slots.slot::<B>(index)
+    }
+
+    fn str(&mut self, value: Option<&str>) {
+        self.builder::<StringBuilder>().append_option(value);
+    }
+
+    /// A string column where the empty string means "not set".
+    fn text(&mut self, value: &str) {
+        self.str((!value.is_empty()).then_some(value));
+    }
+
+    fn long(&mut self, value: Option<i64>) {
+        self.builder::<Int64Builder>().append_option(value);
+    }
+
+    fn int(&mut self, value: Option<i32>) {
+        self.builder::<Int32Builder>().append_option(value);
+    }
+
+    fn uint(&mut self, value: u32) {
+        // Iceberg has no unsigned types: counts and flags are bit-cast.
+        self.int(Some(value as i32));
+    }
+
+    fn double(&mut self, value: Option<f64>) {
+        self.builder::<Float64Builder>().append_option(value);
+    }
+
+    fn bool(&mut self, value: Option<bool>) {
+        self.builder::<BooleanBuilder>().append_option(value);
+    }
+
+    fn ts(&mut self, unix_nano: Option<u64>) {
+        self.builder::<TimestampMicrosecondBuilder>()
+            .append_option(unix_nano.map(nanos_to_micros));
+    }
+
+    fn nanos(&mut self, unix_nano: u64) {
+        self.long(Some(unix_nano as i64));
+    }
+
+    /// A `*_unix_nano` column where 0 means "not set".
+    fn nanos_opt(&mut self, unix_nano: u64) {
+        self.long((unix_nano != 0).then_some(unix_nano as i64));
+    }
+
+    fn id(&mut self, bytes: &[u8]) {
+        let hex = hex_id(bytes);
+        self.str(hex.as_deref());
+    }
+
+    fn attributes(&mut self, attributes: &[KeyValue]) {
+        let map = self.builder::<StrMapBuilder>();
+        for kv in attributes {
+            downcast::<StringBuilder>(map.keys()).append_value(&kv.key);
+            let value = kv.value.as_ref().map(any_to_string);
+            downcast::<StringBuilder>(map.values()).append_option(value);
+        }
+        map.append(true).expect("keys and values appended in pairs");
+    }
+
+    fn longs(&mut self, values: &[u64]) {
+        let list = self.builder::<AnyListBuilder>();
+        let items = downcast::<Int64Builder>(list.values());
+        for v in values {
+            items.append_value(*v as i64);
+        }
+        list.append(true);
+    }
+
+    fn doubles(&mut self, values: &[f64]) {
+        let list = self.builder::<AnyListBuilder>();
+        let items = downcast::<Float64Builder>(list.values());
+        for v in values {
+            items.append_value(*v);
+        }
+        list.append(true);
+    }
+
+    /// A `list<struct>` column: `fill` appends each element's fields through a nested row.
+    fn structs<I>(
+        &mut self,
+        items: impl IntoIterator<Item = I>,
+        fill: impl Fn(&mut Row<'_, StructBuilder>, I),
+    ) {
+        let list = self.builder::<AnyListBuilder>();
+        let elements = downcast::<StructBuilder>(list.values());
+        for item in items {
+            let mut row = Row {
+                slots: &mut *elements,
+                next: 0,
+            };
+            fill(&mut row, item);
+            elements.append(true);
+        }
+        list.append(true);
+    }
+}
+
+fn nanos_to_micros(unix_nano: u64) -> i64 {
+    (unix_nano / 1_000) as i64
+}
+
+/// Lowercase hex of an id; `None` for an empty or all-zero id.
+pub fn hex_id(bytes: &[u8]) -> Option<String> {
+    if bytes.iter().all(|b| *b == 0) {
+        return None;
+    }
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    Some(out)
+}
+
+/// An attribute value as a string: scalars as text, bytes as base64, arrays and kvlists as JSON.
+pub fn any_to_string(value: &AnyValue) -> String {
+    match &value.value {
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        Some(any_value::Value::BoolValue(b)) => b.to_string(),
+        Some(any_value::Value::IntValue(i)) => i.to_string(),
+        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+        Some(any_value::Value::BytesValue(b)) => {
+            base64::engine::general_purpose::STANDARD.encode(b)
+        }
+        Some(any_value::Value::ArrayValue(_)) | Some(any_value::Value::KvlistValue(_)) => {
+            any_to_json(value).to_string()
+        }
+        // String-table references (profiles only) and unset values.
+        Some(any_value::Value::StringValueStrindex(i)) => i.to_string(),
+        None => String::new(),
+    }
+}
+
+fn any_to_json(value: &AnyValue) -> serde_json::Value {
+    use serde_json::Value as J;
+    match &value.value {
+        Some(any_value::Value::StringValue(s)) => J::from(s.as_str()),
+        Some(any_value::Value::BoolValue(b)) => J::from(*b),
+        Some(any_value::Value::IntValue(i)) => J::from(*i),
+        Some(any_value::Value::DoubleValue(d)) => J::from(*d),
+        Some(any_value::Value::BytesValue(b)) => {
+            J::from(base64::engine::general_purpose::STANDARD.encode(b))
+        }
+        Some(any_value::Value::ArrayValue(a)) => {
+            J::Array(a.values.iter().map(any_to_json).collect())
+        }
+        Some(any_value::Value::KvlistValue(kv)) => J::Object(
+            kv.values
+                .iter()
+                .map(|kv| {
+                    let v = kv.value.as_ref().map(any_to_json).unwrap_or(J::Null);
+                    (kv.key.clone(), v)
+                })
+                .collect(),
+        ),
+        Some(any_value::Value::StringValueStrindex(i)) => J::from(*i),
+        None => J::Null,
+    }
+}
+
+fn body_type(value: Option<&AnyValue>) -> &'static str {
+    match value.and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::StringValue(_)) => "string",
+        Some(any_value::Value::BoolValue(_)) => "bool",
+        Some(any_value::Value::IntValue(_)) => "int",
+        Some(any_value::Value::DoubleValue(_)) => "double",
+        Some(any_value::Value::BytesValue(_)) => "bytes",
+        Some(any_value::Value::ArrayValue(_)) => "array",
+        Some(any_value::Value::KvlistValue(_)) => "kvlist",
+        Some(any_value::Value::StringValueStrindex(_)) => "int",
+        None => "empty",
+    }
+}
+
+/// The resource and scope part every row carries.
+struct Context<'a> {
+    resource: Option<&'a Resource>,
+    resource_schema_url: &'a str,
+    scope: Option<&'a InstrumentationScope>,
+    scope_schema_url: &'a str,
+    promoted: &'a Promoted,
+}
+
+#[derive(Default)]
+struct Promoted {
+    service_name: Option<String>,
+    service_namespace: Option<String>,
+    service_instance_id: Option<String>,
+    deployment_environment: Option<String>,
+}
+
+impl Promoted {
+    fn of(resource: Option<&Resource>) -> Self {
+        let mut found: BTreeMap<&str, String> = BTreeMap::new();
+        for kv in resource
+            .map(|r| r.attributes.as_slice())
+            .unwrap_or_default()
+        {
+            if let Some(value) = &kv.value {
+                found.insert(kv.key.as_str(), any_to_string(value));
+            }
+        }
+        Self {
+            service_name: Some(
+                found
+                    .remove("service.name")
+                    .unwrap_or_else(|| "unknown_service".into()),
+            ),
+            service_namespace: found.remove("service.namespace"),
+            service_instance_id: found.remove("service.instance.id"),
+            deployment_environment: found
+                .remove("deployment.environment.name")
+                .or_else(|| found.remove("deployment.environment")),
+        }
+    }
+}
+
+impl Context<'_> {
+    fn append<S: Slots>(&self, row: &mut Row<'_, S>) {
+        row.str(self.promoted.service_name.as_deref());
+        row.str(self.promoted.service_namespace.as_deref());
+        row.str(self.promoted.service_instance_id.as_deref());
+        row.str(self.promoted.deployment_environment.as_deref());
+        row.attributes(
+            self.resource
+                .map(|r| r.attributes.as_slice())
+                .unwrap_or_default(),
+        );
+        row.text(self.resource_schema_url);
+        row.uint(self.resource.map_or(0, |r| r.dropped_attributes_count));
+        row.text(self.scope.map_or("", |s| s.name.as_str()));
+        row.text(self.scope.map_or("", |s| s.version.as_str()));
+        row.attributes(
+            self.scope
+                .map(|s| s.attributes.as_slice())
+                .unwrap_or_default(),
+        );
+        row.text(self.scope_schema_url);
+    }
+}
+
+fn lineage<S: Slots>(row: &mut Row<'_, S>, from: &Lineage<'_>, item: i32) {
+    row.str(Some(from.topic));
+    row.int(Some(from.partition));
+    row.long(Some(from.offset));
+    row.int(Some(item));
+    row.builder::<TimestampMicrosecondBuilder>()
+        .append_value(from.ingested_at_us);
+}
+
+fn span_kind(kind: i32) -> &'static str {
+    match kind {
+        1 => "INTERNAL",
+        2 => "SERVER",
+        3 => "CLIENT",
+        4 => "PRODUCER",
+        5 => "CONSUMER",
+        _ => "UNSPECIFIED",
+    }
+}
+
+fn status_code(code: i32) -> &'static str {
+    match code {
+        1 => "OK",
+        2 => "ERROR",
+        _ => "UNSET",
+    }
+}
+
+/// Arrow builders for every OTLP table; append decoded requests, then [`Self::finish`].
+pub struct TableBuilders {
+    tables: Vec<(OtlpTable, TableColumns)>,
+}
+
+impl std::fmt::Debug for TableBuilders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.tables.iter().map(|(t, c)| (t, c.rows)))
+            .finish()
+    }
+}
+
+impl Default for TableBuilders {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TableBuilders {
+    /// Empty builders for every table.
+    pub fn new() -> Self {
+        Self {
+            tables: OtlpTable::ALL
+                .iter()
+                .map(|t| (*t, TableColumns::new(t.arrow_schema())))
+                .collect(),
+        }
+    }
+
+    fn columns(&mut self, table: OtlpTable) -> &mut TableColumns {
+        &mut self.tables[table as usize].1
+    }
+
+    /// Rows appended since the last [`Self::finish`], over all tables.
+    pub fn rows(&self) -> usize {
+        self.tables.iter().map(|(_, c)| c.rows).sum()
+    }
+
+    /// The batches of every table that has rows; the builders start empty again.
+    pub fn finish(&mut self) -> Vec<(OtlpTable, RecordBatch)> {
+        self.tables
+            .iter_mut()
+            .filter(|(_, c)| c.rows > 0)
+            .map(|(t, c)| (*t, c.finish()))
+            .collect()
+    }
+
+    /// Appends every span; returns how many.
+    pub fn append_traces(&mut self, data: &TracesData, from: &Lineage<'_>) -> usize {
+        let columns = self.columns(OtlpTable::Spans);
+        let mut item = 0;
+        for rs in &data.resource_spans {
+            let promoted = Promoted::of(rs.resource.as_ref());
+            for ss in &rs.scope_spans {
+                let context = Context {
+                    resource: rs.resource.as_ref(),
+                    resource_schema_url: &rs.schema_url,
+                    scope: ss.scope.as_ref(),
+                    scope_schema_url: &ss.schema_url,
+                    promoted: &promoted,
+                };
+                for span in &ss.spans {
+                    let mut row = columns.row();
+                    row.ts(Some(span.start_time_unix_nano));
+                    row.nanos(span.start_time_unix_nano);
+                    row.nanos(span.end_time_unix_nano);
+                    row.long(Some(
+                        span.end_time_unix_nano
+                            .saturating_sub(span.start_time_unix_nano)
+                            as i64,
+                    ));
+                    row.id(&span.trace_id);
+                    row.id(&span.span_id);
+                    row.id(&span.parent_span_id);
+                    row.bool(Some(hex_id(&span.parent_span_id).is_none()));
+                    row.text(&span.trace_state);
+                    row.uint(span.flags);
+                    row.str(Some(&span.name));
+                    row.str(Some(span_kind(span.kind)));
+                    let status = span.status.as_ref();
+                    row.str(Some(status_code(status.map_or(0, |s| s.code))));
+                    row.text(status.map_or("", |s| s.message.as_str()));
+                    row.attributes(&span.attributes);
+                    row.uint(span.dropped_attributes_count);
+                    row.uint(span.dropped_events_count);
+                    row.uint(span.dropped_links_count);
+                    row.structs(&span.events, |e, event| {
+                        e.ts(Some(event.time_unix_nano));
+                        e.nanos(event.time_unix_nano);
+                        e.str(Some(&event.name));
+                        e.attributes(&event.attributes);
+                        e.uint(event.dropped_attributes_count);
+                    });
+                    row.structs(&span.links, |l, link| {
+                        l.id(&link.trace_id);
+                        l.id(&link.span_id);
+                        l.text(&link.trace_state);
+                        l.uint(link.flags);
+                        l.attributes(&link.attributes);
+                        l.uint(link.dropped_attributes_count);
+                    });
+                    context.append(&mut row);
+                    lineage(&mut row, from, item);
+                    item += 1;
+                }
+            }
+        }
+        item as usize
+    }
+
+    /// Appends every log record; returns how many.
+    pub fn append_logs(&mut self, data: &LogsData, from: &Lineage<'_>) -> usize {
+        let columns = self.columns(OtlpTable::Logs);
+        let mut item = 0;
+        for rl in &data.resource_logs {
+            let promoted = Promoted::of(rl.resource.as_ref());
+            for sl in &rl.scope_logs {
+                let context = Context {
+                    resource: rl.resource.as_ref(),
+                    resource_schema_url: &rl.schema_url,
+                    scope: sl.scope.as_ref(),
+                    scope_schema_url: &sl.schema_url,
+                    promoted: &promoted,
+                };
+                for log in &sl.log_records {
+                    let mut row = columns.row();
+                    let time = if log.time_unix_nano != 0 {
+                        log.time_unix_nano
+                    } else {
+                        log.observed_time_unix_nano
+                    };
+                    row.ts(Some(time));
+                    row.nanos_opt(log.time_unix_nano);
+                    row.nanos_opt(log.observed_time_unix_nano);
+                    row.id(&log.trace_id);
+                    row.id(&log.span_id);
+                    row.uint(log.flags);
+                    row.int(Some(log.severity_number));
+                    row.text(&log.severity_text);
+                    row.text(&log.event_name);
+                    let body = log.body.as_ref();
+                    row.str(body.map(any_to_string).as_deref());
+                    row.str(Some(body_type(body)));
+                    row.attributes(&log.attributes);
+                    row.uint(log.dropped_attributes_count);
+                    context.append(&mut row);
+                    lineage(&mut row, from, item);
+                    item += 1;
+                }
+            }
+        }
+        item as usize
+    }
+
+    /// Appends every data point to its kind's table; returns how many.
+    pub fn append_metrics(&mut self, data: &MetricsData, from: &Lineage<'_>) -> usize {
+        let mut item = 0;
+        for rm in &data.resource_metrics {
+            let promoted = Promoted::of(rm.resource.as_ref());
+            for sm in &rm.scope_metrics {
+                let context = Context {
+                    resource: rm.resource.as_ref(),
+                    resource_schema_url: &rm.schema_url,
+                    scope: sm.scope.as_ref(),
+                    scope_schema_url: &sm.schema_url,
+                    promoted: &promoted,
+                };
+                for m in &sm.metrics {
+                    item = self.append_metric(m, &context, from, item);
+                }
+            }
+        }
+        item as usize
+    }
+
+    fn append_metric(
+        &mut self,
+        m: &Metric,
+        context: &Context<'_>,
+        from: &Lineage<'_>,
+        mut item: i32,
+    ) -> i32 {
+        let Some(data) = &m.data else {
+            return item;
+        };
+        // The columns every metric table starts with.
+        fn head<S: Slots>(
+            row: &mut Row<'_, S>,
+            m: &Metric,
+            time: u64,
+            start: u64,
+            attributes: &[KeyValue],
+            flags: u32,
+        ) {
+            row.ts(Some(time));
+            row.nanos(time);
+            row.ts((start != 0).then_some(start));
+            row.nanos_opt(start);
+            row.str(Some(&m.name));
+            row.text(&m.description);
+            row.text(&m.unit);
+            row.attributes(&m.metadata);
+            row.attributes(attributes);
+            row.uint(flags);
+        }
+        // ...and end with.
+        fn tail<S: Slots>(
+            row: &mut Row<'_, S>,
+            exemplars: &[Exemplar],
+            context: &Context<'_>,
+            from: &Lineage<'_>,
+            item: i32,
+        ) {
+            row.structs(exemplars, |e, ex| {
+                e.ts(Some(ex.time_unix_nano));
+                e.nanos(ex.time_unix_nano);
+                match ex.value {
+                    Some(exemplar::Value::AsDouble(d)) => {
+                        e.double(Some(d));
+                        e.long(None);
+                    }
+                    Some(exemplar::Value::AsInt(i)) => {
+                        e.double(Some(i as f64));
+                        e.long(Some(i));
+                    }
+                    None => {
+                        e.double(None);
+                        e.long(None);
+                    }
+                }
+                e.id(&ex.span_id);
+                e.id(&ex.trace_id);
+                e.attributes(&ex.filtered_attributes);
+            });
+            context.append(row);
+            lineage(row, from, item);
+        }
+        fn number<S: Slots>(row: &mut Row<'_, S>, value: Option<number_data_point::Value>) {
+            match value {
+                Some(number_data_point::Value::AsDouble(d)) => {
+                    row.double(Some(d));
+                    row.long(None);
+                }
+                Some(number_data_point::Value::AsInt(i)) => {
+                    row.double(Some(i as f64));
+                    row.long(Some(i));
+                }
+                None => {
+                    row.double(None);
+                    row.long(None);
+                }
+            }
+        }
+        match data {
+            metric::Data::Gauge(g) => {
+                let columns = self.columns(OtlpTable::Gauge);
+                for p in &g.data_points {
+                    let mut row = columns.row();
+                    head(
+                        &mut row,
+                        m,
+                        p.time_unix_nano,
+                        p.start_time_unix_nano,
+                        &p.attributes,
+                        p.flags,
+                    );
+                    number(&mut row, p.value);
+                    tail(&mut row, &p.exemplars, context, from, item);
+                    item += 1;
+                }
+            }
+            metric::Data::Sum(s) => {
+                let columns = self.columns(OtlpTable::Sum);
+                for p in &s.data_points {
+                    let mut row = columns.row();
+                    head(
+                        &mut row,
+                        m,
+                        p.time_unix_nano,
+                        p.start_time_unix_nano,
+                        &p.attributes,
+                        p.flags,
+                    );
+                    number(&mut row, p.value);
+                    row.int(Some(s.aggregation_temporality));
+                    row.bool(Some(s.is_monotonic));
+                    tail(&mut row, &p.exemplars, context, from, item);
+                    item += 1;
+                }
+            }
+            metric::Data::Histogram(h) => {
+                let columns = self.columns(OtlpTable::Histogram);
+                for p in &h.data_points {
+                    let mut row = columns.row();
+                    head(
+                        &mut row,
+                        m,
+                        p.time_unix_nano,
+                        p.start_time_unix_nano,
+                        &p.attributes,
+                        p.flags,
+                    );
+                    row.long(Some(p.count as i64));
+                    row.double(p.sum);
+                    row.double(p.min);
+                    row.double(p.max);
+                    row.longs(&p.bucket_counts);
+                    row.doubles(&p.explicit_bounds);
+                    row.int(Some(h.aggregation_temporality));
+                    tail(&mut row, &p.exemplars, context, from, item);
+                    item += 1;
+                }
+            }
+            metric::Data::ExponentialHistogram(h) => {
+                let columns = self.columns(OtlpTable::ExponentialHistogram);
+                for p in &h.data_points {
+                    let mut row = columns.row();
+                    head(
+                        &mut row,
+                        m,
+                        p.time_unix_nano,
+                        p.start_time_unix_nano,
+                        &p.attributes,
+                        p.flags,
+                    );
+                    row.long(Some(p.count as i64));
+                    row.double(p.sum);
+                    row.double(p.min);
+                    row.double(p.max);
+                    row.int(Some(p.scale));
+                    row.long(Some(p.zero_count as i64));
+                    row.double(Some(p.zero_threshold));
+                    let positive = p.positive.as_ref();
+                    row.int(Some(positive.map_or(0, |b| b.offset)));
+                    row.longs(
+                        positive
+                            .map(|b| b.bucket_counts.as_slice())
+                            .unwrap_or_default(),
+                    );
+                    let negative = p.negative.as_ref();
+                    row.int(Some(negative.map_or(0, |b| b.offset)));
+                    row.longs(
+                        negative
+                            .map(|b| b.bucket_counts.as_slice())
+                            .unwrap_or_default(),
+                    );
+                    row.int(Some(h.aggregation_temporality));
+                    tail(&mut row, &p.exemplars, context, from, item);
+                    item += 1;
+                }
+            }
+            metric::Data::Summary(s) => {
+                let columns = self.columns(OtlpTable::Summary);
+                for p in &s.data_points {
+                    let mut row = columns.row();
+                    head(
+                        &mut row,
+                        m,
+                        p.time_unix_nano,
+                        p.start_time_unix_nano,
+                        &p.attributes,
+                        p.flags,
+                    );
+                    row.long(Some(p.count as i64));
+                    row.double(Some(p.sum));
+                    row.structs(&p.quantile_values, |q, v| {
+                        q.double(Some(v.quantile));
+                        q.double(Some(v.value));
+                    });
+                    tail(&mut row, &[], context, from, item);
+                    item += 1;
+                }
+            }
+        }
+        item
+    }
+}

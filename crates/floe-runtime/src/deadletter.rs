@@ -1,0 +1,88 @@
+//! The dead-letter table: records the format refused, with the raw bytes and the reason.
+//!
+//! It is also the job's **anchor**: every checkpoint commits to it (an empty snapshot when no
+//! record was refused), so its newest marker of the job always holds the positions of every
+//! partition the job has committed — the one place recovery reads them from.
+
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_array::builder::{
+    BinaryBuilder, Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+};
+use floe_core::SourceRecord;
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+
+/// The dead-letter table's schema.
+pub fn schema() -> Schema {
+    let p = |t| Type::Primitive(t);
+    Schema::builder()
+        .with_fields(vec![
+            Arc::new(NestedField::required(
+                1,
+                "ts",
+                p(PrimitiveType::Timestamptz),
+            )),
+            Arc::new(NestedField::required(2, "error", p(PrimitiveType::String))),
+            Arc::new(NestedField::optional(3, "raw", p(PrimitiveType::Binary))),
+            Arc::new(NestedField::required(
+                4,
+                "kafka_topic",
+                p(PrimitiveType::String),
+            )),
+            Arc::new(NestedField::required(
+                5,
+                "kafka_partition",
+                p(PrimitiveType::Int),
+            )),
+            Arc::new(NestedField::required(
+                6,
+                "kafka_offset",
+                p(PrimitiveType::Long),
+            )),
+        ])
+        .build()
+        .expect("a valid schema")
+}
+
+/// Refused records waiting for the next flush.
+#[derive(Debug, Default)]
+pub(crate) struct DeadLetters {
+    ts: TimestampMicrosecondBuilder,
+    error: StringBuilder,
+    raw: BinaryBuilder,
+    topic: StringBuilder,
+    partition: Int32Builder,
+    offset: Int64Builder,
+    rows: usize,
+}
+
+impl DeadLetters {
+    pub(crate) fn push(&mut self, record: &SourceRecord, error: &str, now_us: i64) {
+        self.ts.append_value(now_us);
+        self.error.append_value(error);
+        self.raw.append_value(&record.payload);
+        self.topic.append_value(&record.topic);
+        self.partition.append_value(record.partition);
+        self.offset.append_value(record.offset);
+        self.rows += 1;
+    }
+
+    /// The buffered rows (columns named as in [`schema`]); empty again afterwards.
+    pub(crate) fn take(&mut self) -> Option<RecordBatch> {
+        if self.rows == 0 {
+            return None;
+        }
+        self.rows = 0;
+        let ts = self.ts.finish().with_timezone("+00:00");
+        RecordBatch::try_from_iter([
+            ("ts", Arc::new(ts) as _),
+            ("error", Arc::new(self.error.finish()) as _),
+            ("raw", Arc::new(self.raw.finish()) as _),
+            ("kafka_topic", Arc::new(self.topic.finish()) as _),
+            ("kafka_partition", Arc::new(self.partition.finish()) as _),
+            ("kafka_offset", Arc::new(self.offset.finish()) as _),
+        ])
+        .ok()
+    }
+}

@@ -1,0 +1,638 @@
+//! Job files: parsed, interpolated and validated; every problem reported at `file:line:col`.
+//!
+//! ```toml
+//! version = 1
+//! name = "otlp"                      # the job id in every commit marker
+//!
+//! [source.kafka]                     # or [source.generator] (the quickstart's)
+//! brokers = "${KAFKA_BROKERS:-localhost:9092}"
+//! topics = ["otlp_spans", "otlp_logs", "otlp_metrics"]
+//! group_id = "floe-otlp"
+//! start = "earliest"                 # where a partition without a committed position starts
+//! format = "otlp"
+//! signals = { my_spans = "traces" }  # topics not named like the Collector's defaults
+//! properties = { "security.protocol" = "SASL_SSL" }  # passed to librdkafka
+//!
+//! [catalog]
+//! uri = "http://127.0.0.1:8181"      # or [catalog.embedded] warehouse = "…"
+//! namespace = "otel"
+//!
+//! [checkpoint]
+//! interval = "10s"
+//! max_buffered_bytes = "256MiB"
+//! state_dir = ".floe/otlp"
+//!
+//! [tables.spans]
+//! name = "otel_spans"
+//! partition = ["day(ts)"]
+//! target_file_size = "128MiB"
+//!
+//! [dead_letter]
+//! table = "floe_dead_letters"
+//! ```
+//!
+//! Every string value may use `${VAR}` and `${VAR:-default}`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use floe_config::{ConfigErrors, ConfigProblem, Source};
+use floe_core::TableSpec;
+use serde::Deserialize;
+use toml::Spanned;
+
+type S = Spanned<String>;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJob {
+    version: Option<Spanned<i64>>,
+    name: Option<S>,
+    source: Option<Spanned<RawSource>>,
+    catalog: Option<Spanned<RawCatalog>>,
+    #[serde(default)]
+    checkpoint: RawCheckpoint,
+    #[serde(default)]
+    tables: BTreeMap<S, RawTable>,
+    #[serde(default)]
+    dead_letter: RawDeadLetter,
+    #[serde(default)]
+    metrics: RawMetrics,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    kafka: Option<RawKafka>,
+    generator: Option<RawGenerator>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKafka {
+    brokers: Option<S>,
+    topics: Option<Vec<S>>,
+    group_id: Option<S>,
+    start: Option<S>,
+    format: Option<S>,
+    #[serde(default)]
+    signals: BTreeMap<String, S>,
+    #[serde(default)]
+    properties: BTreeMap<String, S>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGenerator {
+    requests_per_second: Option<Spanned<i64>>,
+    duration: Option<S>,
+    seed: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCatalog {
+    uri: Option<S>,
+    warehouse: Option<S>,
+    token: Option<S>,
+    credential: Option<S>,
+    namespace: Option<S>,
+    embedded: Option<RawEmbedded>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEmbedded {
+    warehouse: S,
+    listen: Option<S>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCheckpoint {
+    interval: Option<S>,
+    max_buffered_bytes: Option<S>,
+    state_dir: Option<S>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTable {
+    name: Option<S>,
+    partition: Option<Vec<S>>,
+    target_file_size: Option<S>,
+    #[serde(default)]
+    properties: BTreeMap<String, S>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDeadLetter {
+    table: Option<S>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<S>,
+}
+
+/// Where a partition without a committed position starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// The oldest record available.
+    Earliest,
+    /// New records only.
+    Latest,
+}
+
+/// `[source.kafka]`.
+#[derive(Debug, Clone)]
+pub struct KafkaSourceConfig {
+    /// `bootstrap.servers`.
+    pub brokers: String,
+    /// Topics.
+    pub topics: Vec<String>,
+    /// Consumer group.
+    pub group_id: String,
+    /// Start policy.
+    pub start: Start,
+    /// Topic → signal name, for topics not named like the Collector's defaults.
+    pub signals: BTreeMap<String, String>,
+    /// librdkafka properties.
+    pub properties: BTreeMap<String, String>,
+}
+
+/// `[source.generator]`: built-in OTLP data.
+#[derive(Debug, Clone)]
+pub struct GeneratorConfig {
+    /// Requests (traces of five spans, five logs) per second.
+    pub requests_per_second: u64,
+    /// Stop after this long (`None`: until stopped).
+    pub duration: Option<Duration>,
+    /// Seed of the data.
+    pub seed: u64,
+}
+
+/// The source of a job.
+#[derive(Debug, Clone)]
+pub enum SourceConfig {
+    /// Kafka topics.
+    Kafka(KafkaSourceConfig),
+    /// The built-in generator.
+    Generator(GeneratorConfig),
+}
+
+/// `[catalog.embedded]`: a floe-catalog started inside the job process.
+#[derive(Debug, Clone)]
+pub struct EmbeddedCatalog {
+    /// Warehouse root (`file://…`, an absolute or relative path, or `s3://…`).
+    pub warehouse: String,
+    /// Listen address (`127.0.0.1:0` picks a free port).
+    pub listen: String,
+}
+
+/// `[catalog]`.
+#[derive(Debug, Clone)]
+pub struct CatalogConfig {
+    /// REST URI (unset when embedded).
+    pub uri: Option<String>,
+    /// Warehouse name sent to the catalog.
+    pub warehouse: Option<String>,
+    /// Bearer token.
+    pub token: Option<String>,
+    /// OAuth2 `id:secret`.
+    pub credential: Option<String>,
+    /// Namespace of the job's tables.
+    pub namespace: String,
+    /// Start a catalog in-process.
+    pub embedded: Option<EmbeddedCatalog>,
+}
+
+/// One partition field: `transform(column)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionField {
+    /// Source column.
+    pub column: String,
+    /// Iceberg transform.
+    pub transform: iceberg::spec::Transform,
+}
+
+/// Settings of one table.
+#[derive(Debug, Clone)]
+pub struct TableConfig {
+    /// The format's key.
+    pub key: String,
+    /// Table name.
+    pub name: String,
+    /// Partition spec of a new table.
+    pub partition: Vec<PartitionField>,
+    /// Roll files past this size.
+    pub target_file_size: u64,
+    /// Table properties of a new table.
+    pub properties: BTreeMap<String, String>,
+}
+
+/// A validated job.
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    /// Job name (the id in commit markers).
+    pub name: String,
+    /// Source.
+    pub source: SourceConfig,
+    /// Catalog.
+    pub catalog: CatalogConfig,
+    /// Checkpoint interval.
+    pub interval: Duration,
+    /// Checkpoint early once this many payload bytes are buffered.
+    pub max_buffered_bytes: u64,
+    /// Local state directory.
+    pub state_dir: PathBuf,
+    /// Per-table settings, in the format's order.
+    pub tables: Vec<TableConfig>,
+    /// Dead-letter table name.
+    pub dead_letter_table: String,
+    /// Where `/metrics` listens (`None`: off).
+    pub metrics_listen: Option<String>,
+}
+
+struct Check<'a> {
+    source: Source<'a>,
+    problems: Vec<ConfigProblem>,
+}
+
+impl Check<'_> {
+    fn at(&mut self, value: &S, message: impl Into<String>) {
+        self.problems
+            .push(self.source.problem(Some(value.span()), message));
+    }
+
+    /// Interpolated text of a value.
+    fn text(&mut self, value: &S) -> String {
+        match floe_config::interpolate(value.get_ref()) {
+            Ok(text) => text,
+            Err(message) => {
+                self.at(value, message);
+                String::new()
+            }
+        }
+    }
+
+    fn opt(&mut self, value: Option<&S>) -> Option<String> {
+        value.map(|v| self.text(v))
+    }
+
+    fn duration(&mut self, value: Option<&S>, default: Duration) -> Duration {
+        let Some(value) = value else {
+            return default;
+        };
+        let text = self.text(value);
+        match floe_config::parse_duration(&text) {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                self.at(value, "must be more than zero");
+                default
+            }
+            Err(message) => {
+                self.at(value, message);
+                default
+            }
+        }
+    }
+
+    fn bytes(&mut self, value: Option<&S>, default: u64) -> u64 {
+        let Some(value) = value else {
+            return default;
+        };
+        let text = self.text(value);
+        match floe_config::parse_bytes(&text) {
+            Ok(b) if b > 0 => b,
+            Ok(_) => {
+                self.at(value, "must be more than zero");
+                default
+            }
+            Err(message) => {
+                self.at(value, message);
+                default
+            }
+        }
+    }
+}
+
+/// Parses `transform(column)` (transforms: identity, year, month, day, hour, bucket[N],
+/// truncate[W]; also written `bucket(N, column)`).
+pub fn parse_partition_field(text: &str) -> Result<PartitionField, String> {
+    use iceberg::spec::Transform;
+    let bad = || {
+        format!(
+            "{text:?} is not a partition field like \"day(ts)\", \"bucket(16, service_name)\" or \"identity(region)\""
+        )
+    };
+    let (name, rest) = text.trim().split_once('(').ok_or_else(bad)?;
+    let inner = rest.strip_suffix(')').ok_or_else(bad)?;
+    let args: Vec<&str> = inner.split(',').map(str::trim).collect();
+    let number = |s: &str| s.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(bad);
+    let (transform, column) = match (name.trim(), args.as_slice()) {
+        ("identity", [c]) => (Transform::Identity, *c),
+        ("year", [c]) => (Transform::Year, *c),
+        ("month", [c]) => (Transform::Month, *c),
+        ("day", [c]) => (Transform::Day, *c),
+        ("hour", [c]) => (Transform::Hour, *c),
+        ("bucket", [n, c]) => (Transform::Bucket(number(n)?), *c),
+        ("truncate", [w, c]) => (Transform::Truncate(number(w)?), *c),
+        _ => return Err(bad()),
+    };
+    if column.is_empty() {
+        return Err(bad());
+    }
+    Ok(PartitionField {
+        column: column.to_string(),
+        transform,
+    })
+}
+
+impl JobConfig {
+    /// Reads and validates a job file against the tables its format writes.
+    pub fn load(path: &Path, tables: &[TableSpec]) -> Result<Self, ConfigErrors> {
+        let text = floe_config::read(path)?;
+        Self::from_toml(Some(path), &text, tables)
+    }
+
+    /// Validates job TOML; `tables` are the format's tables.
+    pub fn from_toml(
+        file: Option<&Path>,
+        text: &str,
+        tables: &[TableSpec],
+    ) -> Result<Self, ConfigErrors> {
+        let source = Source { file, text };
+        let raw: RawJob = floe_config::parse(source)?;
+        let mut c = Check {
+            source,
+            problems: Vec::new(),
+        };
+        floe_config::check_version(source, raw.version.as_ref(), &mut c.problems);
+
+        let name = match &raw.name {
+            Some(n) => {
+                let name = c.text(n);
+                if name.is_empty()
+                    || !name
+                        .chars()
+                        .all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch))
+                {
+                    c.at(n, "a job name is letters, digits, '-', '_' or '.'");
+                }
+                name
+            }
+            None => {
+                c.problems.push(source.problem(None, "`name` is required"));
+                String::new()
+            }
+        };
+
+        let job_source = match &raw.source {
+            None => {
+                c.problems.push(source.problem(
+                    None,
+                    "a [source.kafka] or [source.generator] section is required",
+                ));
+                None
+            }
+            Some(spanned) => match (&spanned.get_ref().kafka, &spanned.get_ref().generator) {
+                (Some(k), None) => Some(SourceConfig::Kafka(kafka(&mut c, k, &name))),
+                (None, Some(g)) => Some(SourceConfig::Generator(generator(&mut c, g))),
+                _ => {
+                    c.problems.push(source.problem(
+                        Some(spanned.span()),
+                        "give exactly one of [source.kafka] and [source.generator]",
+                    ));
+                    None
+                }
+            },
+        };
+
+        let catalog = match &raw.catalog {
+            None => {
+                c.problems
+                    .push(source.problem(None, "a [catalog] section is required"));
+                None
+            }
+            Some(spanned) => {
+                let r = spanned.get_ref();
+                let embedded = r.embedded.as_ref().map(|e| EmbeddedCatalog {
+                    warehouse: c.text(&e.warehouse),
+                    listen: c
+                        .opt(e.listen.as_ref())
+                        .unwrap_or_else(|| "127.0.0.1:0".into()),
+                });
+                let uri = c.opt(r.uri.as_ref());
+                match (&uri, &embedded) {
+                    (None, None) => c.problems.push(source.problem(
+                        Some(spanned.span()),
+                        "give the catalog's `uri`, or [catalog.embedded] to run one in-process",
+                    )),
+                    (Some(_), Some(_)) => c.problems.push(source.problem(
+                        Some(spanned.span()),
+                        "`uri` and [catalog.embedded] exclude each other",
+                    )),
+                    _ => {}
+                }
+                if let (Some(u), Some(raw_uri)) = (&uri, &r.uri)
+                    && !(u.starts_with("http://") || u.starts_with("https://"))
+                {
+                    c.at(
+                        raw_uri,
+                        "the catalog uri must start with http:// or https://",
+                    );
+                }
+                Some(CatalogConfig {
+                    uri,
+                    warehouse: c.opt(r.warehouse.as_ref()),
+                    token: c.opt(r.token.as_ref()),
+                    credential: c.opt(r.credential.as_ref()),
+                    namespace: c
+                        .opt(r.namespace.as_ref())
+                        .unwrap_or_else(|| "default".into()),
+                    embedded,
+                })
+            }
+        };
+
+        let interval = c.duration(raw.checkpoint.interval.as_ref(), Duration::from_secs(10));
+        let max_buffered_bytes = c.bytes(
+            raw.checkpoint.max_buffered_bytes.as_ref(),
+            256 * 1024 * 1024,
+        );
+        let state_dir = c
+            .opt(raw.checkpoint.state_dir.as_ref())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(format!(".floe/{name}")));
+
+        for key in raw.tables.keys() {
+            if !tables.iter().any(|t| t.key == key.get_ref()) {
+                let known: Vec<&str> = tables.iter().map(|t| t.key).collect();
+                c.at(
+                    key,
+                    format!(
+                        "no table {:?} in this format; its tables are {known:?}",
+                        key.get_ref()
+                    ),
+                );
+            }
+        }
+        let mut table_configs = Vec::new();
+        for spec in tables {
+            let raw_table = raw
+                .tables
+                .iter()
+                .find(|(k, _)| k.get_ref() == spec.key)
+                .map(|(_, t)| t);
+            let empty = RawTable::default();
+            let t = raw_table.unwrap_or(&empty);
+            let partition = match &t.partition {
+                None => vec![PartitionField {
+                    column: spec.time_column.to_string(),
+                    transform: iceberg::spec::Transform::Day,
+                }],
+                Some(fields) => fields
+                    .iter()
+                    .filter_map(|f| {
+                        let text = c.text(f);
+                        match parse_partition_field(&text) {
+                            Ok(p) if spec.schema.field_by_name(&p.column).is_some() => Some(p),
+                            Ok(p) => {
+                                c.at(
+                                    f,
+                                    format!("table {} has no column {:?}", spec.key, p.column),
+                                );
+                                None
+                            }
+                            Err(message) => {
+                                c.at(f, message);
+                                None
+                            }
+                        }
+                    })
+                    .collect(),
+            };
+            let properties = t
+                .properties
+                .iter()
+                .map(|(k, v)| (k.clone(), c.text(v)))
+                .collect();
+            table_configs.push(TableConfig {
+                key: spec.key.to_string(),
+                name: c
+                    .opt(t.name.as_ref())
+                    .unwrap_or_else(|| spec.default_name.to_string()),
+                partition,
+                target_file_size: c.bytes(t.target_file_size.as_ref(), 128 * 1024 * 1024),
+                properties,
+            });
+        }
+        let dead_letter_table = c
+            .opt(raw.dead_letter.table.as_ref())
+            .unwrap_or_else(|| "floe_dead_letters".into());
+        let metrics_listen = c.opt(raw.metrics.listen.as_ref());
+
+        if !c.problems.is_empty() {
+            return Err(ConfigErrors(c.problems));
+        }
+        Ok(JobConfig {
+            name,
+            source: job_source.expect("checked above"),
+            catalog: catalog.expect("checked above"),
+            interval,
+            max_buffered_bytes,
+            state_dir,
+            tables: table_configs,
+            dead_letter_table,
+            metrics_listen,
+        })
+    }
+}
+
+fn kafka(c: &mut Check<'_>, k: &RawKafka, job: &str) -> KafkaSourceConfig {
+    let brokers = match &k.brokers {
+        Some(b) => c.text(b),
+        None => "localhost:9092".into(),
+    };
+    let topics = match &k.topics {
+        Some(t) => t.iter().map(|t| c.text(t)).collect(),
+        None => vec![
+            "otlp_spans".into(),
+            "otlp_logs".into(),
+            "otlp_metrics".into(),
+        ],
+    };
+    let start = match &k.start {
+        None => Start::Earliest,
+        Some(s) => match c.text(s).as_str() {
+            "earliest" => Start::Earliest,
+            "latest" => Start::Latest,
+            other => {
+                c.at(
+                    s,
+                    format!("start must be \"earliest\" or \"latest\", not {other:?}"),
+                );
+                Start::Earliest
+            }
+        },
+    };
+    if let Some(format) = &k.format {
+        let text = c.text(format);
+        if text != "otlp" {
+            c.at(
+                format,
+                format!("format {text:?} is not supported; use \"otlp\""),
+            );
+        }
+    }
+    let mut signals = BTreeMap::new();
+    for (topic, signal) in &k.signals {
+        let text = c.text(signal);
+        if !["traces", "logs", "metrics"].contains(&text.as_str()) {
+            c.at(signal, "a signal is \"traces\", \"logs\" or \"metrics\"");
+        }
+        signals.insert(topic.clone(), text);
+    }
+    let properties = k
+        .properties
+        .iter()
+        .map(|(key, v)| (key.clone(), c.text(v)))
+        .collect();
+    KafkaSourceConfig {
+        brokers,
+        topics,
+        group_id: c
+            .opt(k.group_id.as_ref())
+            .unwrap_or_else(|| format!("floe-{job}")),
+        start,
+        signals,
+        properties,
+    }
+}
+
+fn generator(c: &mut Check<'_>, g: &RawGenerator) -> GeneratorConfig {
+    let requests_per_second = match &g.requests_per_second {
+        Some(r) if *r.get_ref() > 0 => *r.get_ref() as u64,
+        Some(r) => {
+            c.problems.push(
+                c.source
+                    .problem(Some(r.span()), "requests_per_second must be more than zero"),
+            );
+            1
+        }
+        None => 2_000,
+    };
+    let duration = g
+        .duration
+        .as_ref()
+        .map(|d| c.duration(Some(d), Duration::from_secs(30)));
+    GeneratorConfig {
+        requests_per_second,
+        duration,
+        seed: g.seed.as_ref().map_or(42, |s| *s.get_ref() as u64),
+    }
+}

@@ -1,0 +1,479 @@
+//! The job loop: read, decode, write, and commit one checkpoint at a time, exactly once.
+//!
+//! * **Recovery.** The positions come from the anchor (dead-letter) table's newest marker of
+//!   the job, and the source seeks there — the local state directory is never needed for it.
+//! * **Checkpoint.** Every `interval` (or once `max_buffered_bytes` of payload are buffered)
+//!   the writers close their files and one commit carries all tables, the anchor always among
+//!   them, with the marker `{job, writer, checkpoint, positions}`. Only then are the positions
+//!   acknowledged to the source.
+//! * **Fencing.** The positions recorded are planned on the anchor's head at commit time: if
+//!   another writer (a replica that took over a partition) committed any of this writer's
+//!   partitions since this writer sought them, the checkpoint is dropped and the partitions
+//!   are sought again — a zombie never commits a duplicate.
+//! * **Rebalance.** When the source's partitions change, the uncommitted checkpoint is dropped
+//!   (its files deleted) and every owned partition is sought to its committed position.
+//! * **Bad data** goes to the dead-letter table in the same checkpoint; the job goes on.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use arrow_schema::SchemaRef;
+use floe_core::{Format, Polled, Positions, Source, SourceRecord, position_key};
+use floe_lake::commit::{RetryPolicy, commit_checkpoint_planned};
+use floe_lake::marker::{CommitMarker, newest_marker};
+use floe_lake::rest::{CatalogClient, LoadedTable};
+use floe_lake::snapshot::Delta;
+use floe_lake::writer::{DataWriter, WriterOptions};
+use floe_lake::{ErrorKind, LakeError, LakeResult};
+use tokio_util::sync::CancellationToken;
+
+use crate::deadletter::{self, DeadLetters};
+use crate::job::JobConfig;
+use crate::metrics::JobMetrics;
+use crate::tables::{Wanted, conform, ensure_table};
+
+/// Rows buffered in the format before they are handed to the writers.
+const FLUSH_ROWS: usize = 64 * 1024;
+/// Records taken from the source per poll.
+const POLL_RECORDS: usize = 8192;
+
+/// What a run did.
+#[derive(Debug, Clone, Default)]
+pub struct RunSummary {
+    /// Checkpoints committed.
+    pub checkpoints: u64,
+    /// Rows committed, per table name.
+    pub rows: BTreeMap<String, u64>,
+    /// Records dead-lettered.
+    pub dead_letters: u64,
+}
+
+struct Target {
+    key: String,
+    table: LoadedTable,
+    arrow: SchemaRef,
+    options: WriterOptions,
+    writer: Option<DataWriter>,
+    rows: u64,
+}
+
+impl Target {
+    async fn write(&mut self, batch: &arrow_array::RecordBatch) -> LakeResult<()> {
+        let batch = conform(batch, &self.arrow)?;
+        let writer = match &mut self.writer {
+            Some(w) => w,
+            None => self
+                .writer
+                .insert(DataWriter::data(&self.table, &self.options)?),
+        };
+        self.rows += batch.num_rows() as u64;
+        writer.write(&batch).await
+    }
+}
+
+/// A running job.
+pub struct Job<S: Source, F: Format> {
+    config: JobConfig,
+    client: CatalogClient,
+    source: S,
+    format: F,
+    metrics: JobMetrics,
+    writer_id: String,
+    next_checkpoint: u64,
+    /// `targets[0]` is the dead-letter (anchor) table.
+    targets: Vec<Target>,
+    dead_letters: DeadLetters,
+    /// Positions of the owned partitions as last sought or committed.
+    start: Positions,
+    /// Positions of the owned partitions after the records read so far.
+    current: Positions,
+    buffered_bytes: u64,
+    summary: RunSummary,
+}
+
+impl<S: Source, F: Format> std::fmt::Debug for Job<S, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("name", &self.config.name)
+            .field("writer", &self.writer_id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or_default()
+}
+
+fn fenced(message: String) -> LakeError {
+    LakeError::new(ErrorKind::Fenced, message)
+}
+
+impl<S: Source, F: Format> Job<S, F> {
+    /// Creates or evolves the job's tables.
+    pub async fn open(
+        config: JobConfig,
+        client: CatalogClient,
+        source: S,
+        format: F,
+        metrics: JobMetrics,
+    ) -> LakeResult<Self> {
+        let namespace = config.catalog.namespace.clone();
+        client.ensure_namespace(&[namespace.as_str()]).await?;
+        let mut targets = Vec::new();
+        let dead_letter_schema = deadletter::schema();
+        let dead_letter_partition = [crate::job::PartitionField {
+            column: "ts".into(),
+            transform: iceberg::spec::Transform::Day,
+        }];
+        let no_properties = BTreeMap::new();
+        let anchor = ensure_table(
+            &client,
+            &namespace,
+            &Wanted {
+                name: &config.dead_letter_table,
+                schema: &dead_letter_schema,
+                partition: &dead_letter_partition,
+                properties: &no_properties,
+            },
+        )
+        .await?;
+        targets.push(target(
+            "dead_letter",
+            anchor,
+            128 * 1024 * 1024,
+            &[],
+            &config.name,
+        )?);
+        for spec in format.tables() {
+            let table_config = config
+                .tables
+                .iter()
+                .find(|t| t.key == spec.key)
+                .ok_or_else(|| {
+                    LakeError::new(ErrorKind::Invalid, format!("no settings for {}", spec.key))
+                })?;
+            let table = ensure_table(
+                &client,
+                &namespace,
+                &Wanted {
+                    name: &table_config.name,
+                    schema: &spec.schema,
+                    partition: &table_config.partition,
+                    properties: &table_config.properties,
+                },
+            )
+            .await?;
+            targets.push(target(
+                spec.key,
+                table,
+                table_config.target_file_size,
+                spec.bloom_filter_columns,
+                &config.name,
+            )?);
+        }
+        Ok(Self {
+            writer_id: uuid::Uuid::now_v7().to_string(),
+            config,
+            client,
+            source,
+            format,
+            metrics,
+            next_checkpoint: 1,
+            targets,
+            dead_letters: DeadLetters::default(),
+            start: Positions::new(),
+            current: Positions::new(),
+            buffered_bytes: 0,
+            summary: RunSummary::default(),
+        })
+    }
+
+    /// The positions committed for the whole job.
+    async fn committed_positions(&self) -> LakeResult<Positions> {
+        let anchor = self.client.load_table(&self.targets[0].table.ident).await?;
+        Ok(newest_marker(&anchor.metadata, &self.config.name)
+            .map(|found| found.marker.positions)
+            .unwrap_or_default())
+    }
+
+    /// Seeks every owned partition to its committed position.
+    async fn recover(&mut self) -> LakeResult<()> {
+        let committed = self.committed_positions().await?;
+        self.source
+            .seek(&committed)
+            .map_err(|e| LakeError::new(ErrorKind::Unavailable, e.0))?;
+        let owned = self.source.assignment();
+        self.start = committed
+            .into_iter()
+            .filter(|(k, _)| owned.contains(k))
+            .collect();
+        self.current = self.start.clone();
+        tracing::info!(
+            job = %self.config.name,
+            writer = %self.writer_id,
+            partitions = owned.len(),
+            positions = ?self.start,
+            "reading from the committed positions"
+        );
+        Ok(())
+    }
+
+    /// Runs until `shutdown` is cancelled (then takes a final checkpoint) or a bounded source
+    /// finishes.
+    pub async fn run(mut self, shutdown: CancellationToken) -> LakeResult<RunSummary> {
+        self.recover().await?;
+        let mut records: Vec<SourceRecord> = Vec::with_capacity(POLL_RECORDS);
+        let mut deadline = Instant::now() + self.config.interval;
+        loop {
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(200));
+            let polled = tokio::select! {
+                polled = self.source.poll(&mut records, POLL_RECORDS, wait) => polled,
+                () = shutdown.cancelled() => {
+                    tracing::info!("stopping: taking a final checkpoint");
+                    self.checkpoint().await?;
+                    return Ok(self.summary);
+                }
+            };
+            let polled = polled.map_err(|e| LakeError::new(ErrorKind::Unavailable, e.0))?;
+            if polled == Polled::Rebalanced {
+                records.clear();
+                self.abort("the partition assignment changed").await;
+                self.recover().await?;
+                continue;
+            }
+            let ingested_at = now_us();
+            for record in records.drain(..) {
+                self.buffered_bytes += record.payload.len() as u64;
+                self.metrics
+                    .bytes
+                    .with_label_values(&[&*record.topic])
+                    .inc_by(record.payload.len() as u64);
+                if let Err(reason) = self.format.append(&record, ingested_at) {
+                    tracing::debug!(topic = %record.topic, offset = record.offset, %reason, "dead letter");
+                    self.dead_letters.push(&record, &reason, ingested_at);
+                }
+                self.current.insert(
+                    position_key(&record.topic, record.partition),
+                    (record.offset + 1).to_string(),
+                );
+            }
+            if self.format.buffered_rows() >= FLUSH_ROWS {
+                self.flush().await?;
+            }
+            if polled == Polled::Finished {
+                self.checkpoint().await?;
+                return Ok(self.summary);
+            }
+            if Instant::now() >= deadline || self.buffered_bytes >= self.config.max_buffered_bytes {
+                self.checkpoint().await?;
+                deadline = Instant::now() + self.config.interval;
+            }
+        }
+    }
+
+    /// Hands the rows buffered in the format to the table writers.
+    async fn flush(&mut self) -> LakeResult<()> {
+        if let Some(batch) = self.dead_letters.take() {
+            self.targets[0].write(&batch).await?;
+        }
+        for (key, batch) in self.format.take() {
+            let target = self
+                .targets
+                .iter_mut()
+                .find(|t| t.key == key)
+                .ok_or_else(|| LakeError::new(ErrorKind::Invalid, format!("no table {key}")))?;
+            target.write(&batch).await?;
+        }
+        Ok(())
+    }
+
+    /// Drops the uncommitted checkpoint: its rows and files.
+    async fn abort(&mut self, why: &str) {
+        tracing::warn!(job = %self.config.name, why, "dropping the uncommitted checkpoint");
+        self.metrics.aborted_checkpoints.inc();
+        let _ = self.format.take();
+        let _ = self.dead_letters.take();
+        for target in &mut self.targets {
+            target.rows = 0;
+            if let Some(writer) = target.writer.take() {
+                match writer.close().await {
+                    Ok(files) => {
+                        for file in files {
+                            let _ = target.table.io.delete(file.file_path()).await;
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not close a dropped writer"),
+                }
+            }
+        }
+        self.buffered_bytes = 0;
+    }
+
+    /// Commits everything read so far as one checkpoint.
+    async fn checkpoint(&mut self) -> LakeResult<()> {
+        let began = Instant::now();
+        self.flush().await?;
+        let mut deltas = Vec::new();
+        let mut rows = Vec::new();
+        for (index, target) in self.targets.iter_mut().enumerate() {
+            let files = match target.writer.take() {
+                Some(writer) => writer.close().await?,
+                None => Vec::new(),
+            };
+            // The anchor is always committed; other tables only with new files.
+            if index == 0 || !files.is_empty() {
+                rows.push((
+                    target.table.ident.name().to_string(),
+                    std::mem::take(&mut target.rows),
+                ));
+                deltas.push((
+                    target.table.ident.clone(),
+                    Delta {
+                        data_files: files,
+                        ..Default::default()
+                    },
+                ));
+            }
+        }
+        let has_files = deltas.iter().any(|(_, d)| !d.data_files.is_empty());
+        if !has_files && self.current == self.start {
+            self.buffered_bytes = 0;
+            return Ok(());
+        }
+        let marker = CommitMarker {
+            job_id: self.config.name.clone(),
+            writer: Some(self.writer_id.clone()),
+            checkpoint_id: self.next_checkpoint,
+            positions: Positions::new(),
+        };
+        let start = self.start.clone();
+        let current = self.current.clone();
+        let commit_began = Instant::now();
+        let result = commit_checkpoint_planned(
+            &self.client,
+            &marker,
+            &deltas,
+            &RetryPolicy::default(),
+            |base| {
+                let mut positions = base.map(|m| m.positions.clone()).unwrap_or_default();
+                for key in current.keys() {
+                    if positions.get(key) != start.get(key) {
+                        return Err(fenced(format!(
+                            "partition {key} was committed by another writer (at {:?}, this \
+                             writer started at {:?})",
+                            positions.get(key),
+                            start.get(key)
+                        )));
+                    }
+                }
+                positions.extend(current.clone());
+                Ok(positions)
+            },
+        )
+        .await;
+        match result {
+            Ok(report) => {
+                self.metrics
+                    .commit_seconds
+                    .observe(commit_began.elapsed().as_secs_f64());
+                self.next_checkpoint += 1;
+                self.start = self.current.clone();
+                self.buffered_bytes = 0;
+                self.source.acknowledge(&self.current);
+                self.metrics.checkpoints.inc();
+                self.metrics
+                    .checkpoint_seconds
+                    .observe(began.elapsed().as_secs_f64());
+                self.metrics.last_commit.set(now_us() / 1_000_000);
+                self.summary.checkpoints += 1;
+                let dead_rows = rows.first().map_or(0, |(_, r)| *r);
+                self.metrics.dead_letters.inc_by(dead_rows);
+                self.summary.dead_letters += dead_rows;
+                for (table, n) in &rows {
+                    self.metrics.rows.with_label_values(&[table]).inc_by(*n);
+                    *self.summary.rows.entry(table.clone()).or_default() += n;
+                }
+                self.progress(&rows, began.elapsed(), report.attempts);
+                Ok(())
+            }
+            Err(e) if e.kind() == ErrorKind::Fenced => {
+                // Fenced: the files were never committed.
+                for (ident, delta) in &deltas {
+                    let io = &self
+                        .targets
+                        .iter()
+                        .find(|t| &t.table.ident == ident)
+                        .expect("a target per delta")
+                        .table
+                        .io;
+                    for file in &delta.data_files {
+                        let _ = io.delete(file.file_path()).await;
+                    }
+                }
+                self.abort(&e.to_string()).await;
+                self.recover().await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn progress(&self, rows: &[(String, u64)], took: Duration, attempts: u32) {
+        let written: Vec<String> = rows
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(t, n)| format!("{t} {n}"))
+            .collect();
+        tracing::info!(
+            job = %self.config.name,
+            checkpoint = self.next_checkpoint - 1,
+            rows = ?written,
+            millis = took.as_millis() as u64,
+            attempts,
+            "checkpoint committed"
+        );
+        if std::io::stderr().is_terminal() {
+            eprintln!(
+                "checkpoint {:>5}  {:>7} ms  {}",
+                self.next_checkpoint - 1,
+                took.as_millis(),
+                if written.is_empty() {
+                    "positions only".to_string()
+                } else {
+                    written.join(", ")
+                }
+            );
+        }
+    }
+}
+
+fn target(
+    key: &str,
+    table: LoadedTable,
+    target_file_size: u64,
+    bloom: &[&str],
+    job: &str,
+) -> LakeResult<Target> {
+    let arrow = std::sync::Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(table.metadata.current_schema())
+            .map_err(|e| LakeError::new(ErrorKind::Invalid, "table schema").with_source(e))?,
+    );
+    Ok(Target {
+        key: key.to_string(),
+        table,
+        arrow,
+        options: WriterOptions {
+            target_file_size: target_file_size as usize,
+            bloom_filter_columns: bloom.iter().map(|c| c.to_string()).collect(),
+            file_prefix: job.to_string(),
+            ..WriterOptions::default()
+        },
+        writer: None,
+        rows: 0,
+    })
+}
