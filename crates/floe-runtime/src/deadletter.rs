@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_array::builder::{
-    BinaryBuilder, Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+    Int32Builder, Int64Builder, LargeBinaryBuilder, StringBuilder, TimestampMicrosecondBuilder,
 };
 use floe_core::SourceRecord;
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
@@ -50,7 +50,7 @@ pub fn schema() -> Schema {
 pub(crate) struct DeadLetters {
     ts: TimestampMicrosecondBuilder,
     error: StringBuilder,
-    raw: BinaryBuilder,
+    raw: LargeBinaryBuilder,
     topic: StringBuilder,
     partition: Int32Builder,
     offset: Int64Builder,

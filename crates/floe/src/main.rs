@@ -213,9 +213,9 @@ fn newest_metadata(warehouse: &Path) -> Vec<(String, PathBuf)> {
                         .unwrap_or(0)
                 });
             if let Some(path) = newest {
-                // Table directories are `{table}-{uuid}`.
+                // Table directories are `{table}-{uuid without dashes}`.
                 let dir = table.file_name().to_string_lossy().to_string();
-                let name = dir.get(..dir.len().saturating_sub(37)).unwrap_or(&dir);
+                let name = dir.rsplit_once('-').map_or(dir.as_str(), |(n, _)| n);
                 out.push((name.to_string(), path));
             }
         }

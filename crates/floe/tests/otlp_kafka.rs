@@ -1,0 +1,368 @@
+//! The OTLP job against a real Kafka broker and a real floe-catalog, with the `floe` binary
+//! killed (-9) at random instants while records are produced; afterwards DuckDB must read
+//! every produced span and log record exactly once, and every bad record in the dead-letter
+//! table.
+//!
+//! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`); skipped
+//! without them unless `FLOE_REQUIRE_SERVICES=1`. `FLOE_CHAOS_KILLS` sets the number of kills
+//! (default 20).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use floe_core::position_of;
+use floe_lake::marker::newest_marker;
+use floe_lake::rest::{CatalogClient, CatalogSettings};
+use floe_otlp::generate::Generator;
+use floe_otlp::{Decoded, Signal, decode};
+use rand::Rng;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+fn service(name: &str) -> Option<String> {
+    match std::env::var(name) {
+        Ok(v) => Some(v),
+        Err(_) => {
+            assert!(
+                std::env::var("FLOE_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "FLOE_REQUIRE_SERVICES=1 but {name} is not set"
+            );
+            eprintln!("note: {name} unset, skipping");
+            None
+        }
+    }
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("floe-{tag}-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs a Python snippet with the DuckDB helpers on its path; returns its stdout.
+fn python(script: &str) -> String {
+    let helpers = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/services/python");
+    let out = Command::new(std::env::var("FLOE_TEST_PYTHON").unwrap())
+        .args(["-c", script])
+        .env("PYTHONPATH", helpers)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+struct Produced {
+    spans: u64,
+    logs: u64,
+    bad: u64,
+    /// Next offset per "topic/partition".
+    ends: std::collections::BTreeMap<String, i64>,
+}
+
+async fn produce(
+    producer: &FutureProducer,
+    topic: &str,
+    partition: i32,
+    payload: &[u8],
+    produced: &mut Produced,
+) {
+    let delivery = producer
+        .send(
+            FutureRecord::<(), [u8]>::to(topic)
+                .partition(partition)
+                .payload(payload),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let end = produced
+        .ends
+        .entry(format!("{topic}/{}", delivery.partition))
+        .or_insert(0);
+    *end = (*end).max(delivery.offset + 1);
+}
+
+/// Produces a mix of protobuf, JSON and bad records; returns what it produced.
+async fn produce_round(
+    producer: &FutureProducer,
+    topics: &(String, String),
+    generator: &mut Generator,
+    round: u64,
+    produced: &mut Produced,
+) {
+    let mut rng = rand::rng();
+    for _ in 0..5 {
+        let [traces, logs] = generator.requests(20);
+        let partition = rng.random_range(0..3);
+        // Every other record as OTLP JSON, the Collector's otlp_json encoding.
+        let traces_bytes = if round.is_multiple_of(2) {
+            let Decoded::Traces(data) = decode(Signal::Traces, &traces.bytes).unwrap() else {
+                unreachable!()
+            };
+            serde_json::to_vec(&data).unwrap()
+        } else {
+            traces.bytes
+        };
+        produce(producer, &topics.0, partition, &traces_bytes, produced).await;
+        produce(producer, &topics.1, partition, &logs.bytes, produced).await;
+        produced.spans += traces.items as u64;
+        produced.logs += logs.items as u64;
+    }
+    // Bad input: random bytes, truncated protobuf, JSON with wrong types.
+    let [traces, _] = generator.requests(2);
+    let mut junk: Vec<u8> = (0..64).map(|_| rng.random::<u8>()).collect();
+    junk[0] = 0x0f; // field 1 with wire type 7: never valid protobuf
+    let bad: [Vec<u8>; 3] = [
+        junk,
+        traces.bytes[..10].to_vec(), // cut inside the first ResourceSpans
+        br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":5,"kind":"x"}]}]}]}"#.to_vec(),
+    ];
+    let which = (round % 3) as usize;
+    produce(
+        producer,
+        &topics.0,
+        (round % 3) as i32,
+        &bad[which],
+        produced,
+    )
+    .await;
+    produced.bad += 1;
+}
+
+fn spawn_floe(job: &Path, log: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["run", job.to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
+        .spawn()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_from_kafka_lands_exactly_once_through_kill_9() {
+    let (Some(brokers), Some(_)) = (
+        service("FLOE_TEST_KAFKA_BROKERS"),
+        service("FLOE_TEST_PYTHON"),
+    ) else {
+        return;
+    };
+    let kills: usize = std::env::var("FLOE_CHAOS_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let dir = temp_dir("otlp-kafka");
+    let catalog = floe_catalog::start(
+        &floe_catalog::config::CatalogConfig::load(
+            None,
+            &floe_catalog::config::Overrides {
+                listen: Some("127.0.0.1:0".into()),
+                warehouse: Some(dir.join("warehouse").display().to_string()),
+                store: Some(format!("sqlite://{}", dir.join("catalog.db").display())),
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let topics = (format!("spans_{run_id}"), format!("logs_{run_id}"));
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .unwrap();
+    let new_topics = [
+        NewTopic::new(&topics.0, 3, TopicReplication::Fixed(1)),
+        NewTopic::new(&topics.1, 3, TopicReplication::Fixed(1)),
+    ];
+    for result in admin
+        .create_topics(&new_topics, &AdminOptions::new())
+        .await
+        .unwrap()
+    {
+        result.unwrap();
+    }
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+
+    let job = dir.join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            r#"version = 1
+name = "chaos"
+[source.kafka]
+brokers = "{brokers}"
+topics = ["{spans}", "{logs}"]
+group_id = "floe-{run_id}"
+signals = {{ "{spans}" = "traces", "{logs}" = "logs" }}
+[source.kafka.properties]
+"group.instance.id" = "floe-test-0"
+"session.timeout.ms" = "6000"
+[catalog]
+uri = "{uri}"
+namespace = "chaos"
+[checkpoint]
+interval = "700ms"
+state_dir = "{state}"
+"#,
+            spans = topics.0,
+            logs = topics.1,
+            uri = catalog.uri(),
+            state = dir.join("state").display(),
+        ),
+    )
+    .unwrap();
+    let log = dir.join("floe.log");
+
+    // Produce while killing the job at random instants.
+    let mut generator = Generator::new(11, 1_700_000_000_000_000_000);
+    let mut produced = Produced {
+        spans: 0,
+        logs: 0,
+        bad: 0,
+        ends: Default::default(),
+    };
+    let mut child = spawn_floe(&job, &log);
+    let mut rng = rand::rng();
+    for round in 0..kills as u64 {
+        produce_round(&producer, &topics, &mut generator, round, &mut produced).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(100..2500))).await;
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        child = spawn_floe(&job, &log);
+    }
+    produce_round(
+        &producer,
+        &topics,
+        &mut generator,
+        kills as u64,
+        &mut produced,
+    )
+    .await;
+
+    // Let the last incarnation catch up: the anchor's marker reaches every partition's end.
+    let client = CatalogClient::connect(CatalogSettings {
+        uri: catalog.uri(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let anchor = iceberg::TableIdent::from_strs(["chaos", "floe_dead_letters"]).unwrap();
+    let began = Instant::now();
+    loop {
+        let positions = client
+            .load_table(&anchor)
+            .await
+            .ok()
+            .and_then(|t| newest_marker(&t.metadata, "chaos"))
+            .map(|f| f.marker.positions)
+            .unwrap_or_default();
+        let caught_up = produced.ends.iter().all(|(key, end)| {
+            let (topic, partition) = key.rsplit_once('/').unwrap();
+            position_of(&positions, topic, partition.parse().unwrap()) == Some(*end)
+        });
+        if caught_up {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "the job did not catch up: {positions:?} vs {:?}; log: {}",
+            produced.ends,
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // SIGTERM: a clean stop with a final checkpoint.
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "clean stop exits 0");
+
+    let location = |name: &str| {
+        let client = &client;
+        let ident = iceberg::TableIdent::from_strs(["chaos", name]).unwrap();
+        async move {
+            client
+                .load_table(&ident)
+                .await
+                .unwrap()
+                .metadata_location
+                .unwrap()
+        }
+    };
+    // The kills hit incarnations that had committed: many writers left snapshots.
+    let anchor_table = client.load_table(&anchor).await.unwrap();
+    let writers: std::collections::HashSet<&String> = anchor_table
+        .metadata
+        .snapshots()
+        .filter_map(|s| s.summary().additional_properties.get("floe.writer"))
+        .collect();
+    assert!(
+        writers.len() > kills / 3,
+        "only {} of {} incarnations committed",
+        writers.len(),
+        kills + 1
+    );
+    let spans = location("otel_spans").await;
+    let logs = location("otel_logs").await;
+    let dead = location("floe_dead_letters").await;
+    let out = python(&format!(
+        "import duckdb_offline\n\
+         con = duckdb_offline.connect()\n\
+         def one(q): return con.sql(q).fetchone()\n\
+         s = one(\"SELECT count(*), count(DISTINCT (kafka_topic, kafka_partition, kafka_offset, kafka_item)), count(DISTINCT span_id) FROM iceberg_scan('{spans}')\")\n\
+         l = one(\"SELECT count(*), count(DISTINCT (kafka_topic, kafka_partition, kafka_offset, kafka_item)) FROM iceberg_scan('{logs}')\")\n\
+         d = one(\"SELECT count(*), count(DISTINCT (kafka_partition, kafka_offset)), min(length(error)) FROM iceberg_scan('{dead}')\")\n\
+         v = one(\"SELECT count(*) FROM iceberg_scan('{spans}') WHERE length(trace_id) = 32 AND length(span_id) = 16 AND service_name IS NOT NULL AND span_attributes['http.request.method'] IN ('GET', 'POST') AND ts IS NOT NULL\")\n\
+         print(*s, *l, *d, *v)"
+    ));
+    let n: Vec<u64> = out.split_whitespace().map(|v| v.parse().unwrap()).collect();
+    let (span_rows, span_unique, span_ids) = (n[0], n[1], n[2]);
+    let (log_rows, log_unique) = (n[3], n[4]);
+    let (dead_rows, dead_unique, shortest_error) = (n[5], n[6], n[7]);
+    assert_eq!(span_rows, produced.spans, "every span exactly once");
+    assert_eq!(span_unique, produced.spans);
+    assert_eq!(
+        span_ids, produced.spans,
+        "span ids survive JSON and protobuf"
+    );
+    assert_eq!(log_rows, produced.logs, "every log record exactly once");
+    assert_eq!(log_unique, produced.logs);
+    assert_eq!(
+        dead_rows, produced.bad,
+        "every bad record dead-lettered once"
+    );
+    assert_eq!(dead_unique, produced.bad);
+    assert!(shortest_error > 10, "dead letters say why");
+    assert_eq!(n[8], produced.spans, "sampled values are well-formed");
+    eprintln!(
+        "chaos: {kills} kills, {} incarnations committed, {} spans, {} logs, {} dead letters — exactly once",
+        writers.len(),
+        produced.spans,
+        produced.logs,
+        produced.bad
+    );
+    catalog.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
