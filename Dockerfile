@@ -2,8 +2,8 @@
 #
 # Floe binaries on Debian 12. Build from the repository root:
 #   docker build -t floe .
-# The runtime image holds floe-catalog only for now; add further binaries to the
-# `install` line of the builder stage and to the COPY in the runtime stage.
+# The runtime image holds floe (the jobs), floe-catalog and floe-maintenance; the default
+# entrypoint is the catalog (compose overrides it for the jobs).
 
 FROM rust:1.95-bookworm AS builder
 WORKDIR /src
@@ -15,14 +15,16 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
     cargo build --release --locked --bins \
-    && install -D -m 0755 target/release/floe-catalog /out/floe-catalog
+    && install -D -m 0755 target/release/floe-catalog /out/floe-catalog \
+    && install -D -m 0755 target/release/floe /out/floe \
+    && install -D -m 0755 target/release/floe-maintenance /out/floe-maintenance
 
 FROM debian:bookworm-slim AS runtime
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /var/lib/floe --create-home floe
-COPY --from=builder /out/floe-catalog /usr/local/bin/floe-catalog
+COPY --from=builder /out/ /usr/local/bin/
 USER floe
 WORKDIR /var/lib/floe
 EXPOSE 8181

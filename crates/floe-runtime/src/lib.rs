@@ -8,6 +8,7 @@ pub mod job;
 pub mod metrics;
 pub mod run;
 mod tables;
+mod writers;
 
 pub use job::JobConfig;
 pub use metrics::JobMetrics;

@@ -18,20 +18,23 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use arrow_schema::SchemaRef;
 use floe_core::{Format, Polled, Positions, Source, SourceRecord, position_key};
 use floe_lake::commit::{RetryPolicy, commit_checkpoint_planned};
 use floe_lake::marker::{CommitMarker, newest_marker};
 use floe_lake::rest::{CatalogClient, LoadedTable};
 use floe_lake::snapshot::Delta;
-use floe_lake::writer::{DataWriter, WriterOptions};
+use floe_lake::writer::WriterOptions;
 use floe_lake::{ErrorKind, LakeError, LakeResult};
 use tokio_util::sync::CancellationToken;
 
 use crate::deadletter::{self, DeadLetters};
 use crate::job::JobConfig;
 use crate::metrics::JobMetrics;
-use crate::tables::{Wanted, conform, ensure_table};
+use crate::tables::{Wanted, ensure_table};
+use crate::writers::{Target, Writers};
+
+/// The writer key of the dead-letter table.
+const DEAD_LETTER: &str = "dead_letter";
 
 /// Rows buffered in the format before they are handed to the writers.
 const FLUSH_ROWS: usize = 64 * 1024;
@@ -49,29 +52,6 @@ pub struct RunSummary {
     pub dead_letters: u64,
 }
 
-struct Target {
-    key: String,
-    table: LoadedTable,
-    arrow: SchemaRef,
-    options: WriterOptions,
-    writer: Option<DataWriter>,
-    rows: u64,
-}
-
-impl Target {
-    async fn write(&mut self, batch: &arrow_array::RecordBatch) -> LakeResult<()> {
-        let batch = conform(batch, &self.arrow)?;
-        let writer = match &mut self.writer {
-            Some(w) => w,
-            None => self
-                .writer
-                .insert(DataWriter::data(&self.table, &self.options)?),
-        };
-        self.rows += batch.num_rows() as u64;
-        writer.write(&batch).await
-    }
-}
-
 /// A running job.
 pub struct Job<S: Source, F: Format> {
     config: JobConfig,
@@ -81,8 +61,10 @@ pub struct Job<S: Source, F: Format> {
     metrics: JobMetrics,
     writer_id: String,
     next_checkpoint: u64,
-    /// `targets[0]` is the dead-letter (anchor) table.
-    targets: Vec<Target>,
+    /// The job's tables; `tables[0]` is the dead-letter (anchor) table.
+    tables: Vec<LoadedTable>,
+    /// The writer task, with one target per table in the same order.
+    writers: Writers,
     dead_letters: DeadLetters,
     /// Positions of the owned partitions as last sought or committed.
     start: Positions,
@@ -124,6 +106,12 @@ impl<S: Source, F: Format> Job<S, F> {
         let namespace = config.catalog.namespace.clone();
         client.ensure_namespace(&[namespace.as_str()]).await?;
         let mut targets = Vec::new();
+        let options = |target_file_size: u64, bloom: &[&str]| WriterOptions {
+            target_file_size: target_file_size as usize,
+            bloom_filter_columns: bloom.iter().map(|c| c.to_string()).collect(),
+            file_prefix: config.name.clone(),
+            ..WriterOptions::default()
+        };
         let dead_letter_schema = deadletter::schema();
         let dead_letter_partition = [crate::job::PartitionField {
             column: "ts".into(),
@@ -141,12 +129,10 @@ impl<S: Source, F: Format> Job<S, F> {
             },
         )
         .await?;
-        targets.push(target(
-            "dead_letter",
+        targets.push(Target::new(
+            DEAD_LETTER,
             anchor,
-            128 * 1024 * 1024,
-            &[],
-            &config.name,
+            options(128 * 1024 * 1024, &[]),
         )?);
         for spec in format.tables() {
             let table_config = config
@@ -167,12 +153,10 @@ impl<S: Source, F: Format> Job<S, F> {
                 },
             )
             .await?;
-            targets.push(target(
+            targets.push(Target::new(
                 spec.key,
                 table,
-                table_config.target_file_size,
-                spec.bloom_filter_columns,
-                &config.name,
+                options(table_config.target_file_size, spec.bloom_filter_columns),
             )?);
         }
         Ok(Self {
@@ -183,7 +167,8 @@ impl<S: Source, F: Format> Job<S, F> {
             format,
             metrics,
             next_checkpoint: 1,
-            targets,
+            tables: targets.iter().map(|t| t.table.clone()).collect(),
+            writers: Writers::start(targets),
             dead_letters: DeadLetters::default(),
             start: Positions::new(),
             current: Positions::new(),
@@ -194,7 +179,7 @@ impl<S: Source, F: Format> Job<S, F> {
 
     /// The positions committed for the whole job.
     async fn committed_positions(&self) -> LakeResult<Positions> {
-        let anchor = self.client.load_table(&self.targets[0].table.ident).await?;
+        let anchor = self.client.load_table(&self.tables[0].ident).await?;
         Ok(newest_marker(&anchor.metadata, &self.config.name)
             .map(|found| found.marker.positions)
             .unwrap_or_default())
@@ -277,20 +262,19 @@ impl<S: Source, F: Format> Job<S, F> {
         }
     }
 
-    /// Hands the rows buffered in the format to the table writers.
+    /// Hands the rows buffered in the format to the writer task.
     async fn flush(&mut self) -> LakeResult<()> {
+        let mut batches: Vec<(String, arrow_array::RecordBatch)> = Vec::new();
         if let Some(batch) = self.dead_letters.take() {
-            self.targets[0].write(&batch).await?;
+            batches.push((DEAD_LETTER.to_string(), batch));
         }
-        for (key, batch) in self.format.take() {
-            let target = self
-                .targets
-                .iter_mut()
-                .find(|t| t.key == key)
-                .ok_or_else(|| LakeError::new(ErrorKind::Invalid, format!("no table {key}")))?;
-            target.write(&batch).await?;
-        }
-        Ok(())
+        batches.extend(
+            self.format
+                .take()
+                .into_iter()
+                .map(|(k, b)| (k.to_string(), b)),
+        );
+        self.writers.write(batches).await
     }
 
     /// Drops the uncommitted checkpoint: its rows and files.
@@ -299,19 +283,7 @@ impl<S: Source, F: Format> Job<S, F> {
         self.metrics.aborted_checkpoints.inc();
         let _ = self.format.take();
         let _ = self.dead_letters.take();
-        for target in &mut self.targets {
-            target.rows = 0;
-            if let Some(writer) = target.writer.take() {
-                match writer.close().await {
-                    Ok(files) => {
-                        for file in files {
-                            let _ = target.table.io.delete(file.file_path()).await;
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "could not close a dropped writer"),
-                }
-            }
-        }
+        self.writers.abort().await;
         self.buffered_bytes = 0;
     }
 
@@ -319,21 +291,15 @@ impl<S: Source, F: Format> Job<S, F> {
     async fn checkpoint(&mut self) -> LakeResult<()> {
         let began = Instant::now();
         self.flush().await?;
+        let closed = self.writers.close().await?;
         let mut deltas = Vec::new();
         let mut rows = Vec::new();
-        for (index, target) in self.targets.iter_mut().enumerate() {
-            let files = match target.writer.take() {
-                Some(writer) => writer.close().await?,
-                None => Vec::new(),
-            };
+        for (index, (table, (files, n))) in self.tables.iter().zip(closed).enumerate() {
             // The anchor is always committed; other tables only with new files.
             if index == 0 || !files.is_empty() {
-                rows.push((
-                    target.table.ident.name().to_string(),
-                    std::mem::take(&mut target.rows),
-                ));
+                rows.push((table.ident.name().to_string(), n));
                 deltas.push((
-                    target.table.ident.clone(),
+                    table.ident.clone(),
                     Delta {
                         data_files: files,
                         ..Default::default()
@@ -406,11 +372,10 @@ impl<S: Source, F: Format> Job<S, F> {
                 // Fenced: the files were never committed.
                 for (ident, delta) in &deltas {
                     let io = &self
-                        .targets
+                        .tables
                         .iter()
-                        .find(|t| &t.table.ident == ident)
-                        .expect("a target per delta")
-                        .table
+                        .find(|t| &t.ident == ident)
+                        .expect("a table per delta")
                         .io;
                     for file in &delta.data_files {
                         let _ = io.delete(file.file_path()).await;
@@ -450,30 +415,4 @@ impl<S: Source, F: Format> Job<S, F> {
             );
         }
     }
-}
-
-fn target(
-    key: &str,
-    table: LoadedTable,
-    target_file_size: u64,
-    bloom: &[&str],
-    job: &str,
-) -> LakeResult<Target> {
-    let arrow = std::sync::Arc::new(
-        iceberg::arrow::schema_to_arrow_schema(table.metadata.current_schema())
-            .map_err(|e| LakeError::new(ErrorKind::Invalid, "table schema").with_source(e))?,
-    );
-    Ok(Target {
-        key: key.to_string(),
-        table,
-        arrow,
-        options: WriterOptions {
-            target_file_size: target_file_size as usize,
-            bloom_filter_columns: bloom.iter().map(|c| c.to_string()).collect(),
-            file_prefix: job.to_string(),
-            ..WriterOptions::default()
-        },
-        writer: None,
-        rows: 0,
-    })
 }

@@ -1,7 +1,8 @@
 //! The OTLP job against a real Kafka broker and a real floe-catalog, with the `floe` binary
 //! killed (-9) at random instants while records are produced; afterwards DuckDB must read
 //! every produced span and log record exactly once, and every bad record in the dead-letter
-//! table.
+//! table. The same with two replicas of the job in one consumer group, one of them killed and
+//! restarted (rebalances both ways).
 //!
 //! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`); skipped
 //! without them unless `FLOE_REQUIRE_SERVICES=1`. `FLOE_CHAOS_KILLS` sets the number of kills
@@ -153,62 +154,95 @@ fn spawn_floe(job: &Path, log: &Path) -> Child {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn otlp_from_kafka_lands_exactly_once_through_kill_9() {
-    let (Some(brokers), Some(_)) = (
-        service("FLOE_TEST_KAFKA_BROKERS"),
-        service("FLOE_TEST_PYTHON"),
-    ) else {
-        return;
-    };
-    let kills: usize = std::env::var("FLOE_CHAOS_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
-    let dir = temp_dir("otlp-kafka");
-    let catalog = floe_catalog::start(
-        &floe_catalog::config::CatalogConfig::load(
-            None,
-            &floe_catalog::config::Overrides {
-                listen: Some("127.0.0.1:0".into()),
-                warehouse: Some(dir.join("warehouse").display().to_string()),
-                store: Some(format!("sqlite://{}", dir.join("catalog.db").display())),
-                ..Default::default()
-            },
+/// A catalog, two fresh topics (3 partitions each), a producer and job files.
+struct Fixture {
+    dir: PathBuf,
+    brokers: String,
+    catalog: floe_catalog::RunningCatalog,
+    client: CatalogClient,
+    topics: (String, String),
+    producer: FutureProducer,
+    generator: Generator,
+    produced: Produced,
+    run_id: String,
+}
+
+impl Fixture {
+    async fn new(tag: &str) -> Option<Self> {
+        let (Some(brokers), Some(_)) = (
+            service("FLOE_TEST_KAFKA_BROKERS"),
+            service("FLOE_TEST_PYTHON"),
+        ) else {
+            return None;
+        };
+        let dir = temp_dir(tag);
+        let catalog = floe_catalog::start(
+            &floe_catalog::config::CatalogConfig::load(
+                None,
+                &floe_catalog::config::Overrides {
+                    listen: Some("127.0.0.1:0".into()),
+                    warehouse: Some(dir.join("warehouse").display().to_string()),
+                    store: Some(format!("sqlite://{}", dir.join("catalog.db").display())),
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
         )
-        .unwrap(),
-    )
-    .await
-    .unwrap();
-
-    let run_id = uuid::Uuid::new_v4().simple().to_string();
-    let topics = (format!("spans_{run_id}"), format!("logs_{run_id}"));
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .create()
-        .unwrap();
-    let new_topics = [
-        NewTopic::new(&topics.0, 3, TopicReplication::Fixed(1)),
-        NewTopic::new(&topics.1, 3, TopicReplication::Fixed(1)),
-    ];
-    for result in admin
-        .create_topics(&new_topics, &AdminOptions::new())
         .await
-        .unwrap()
-    {
-        result.unwrap();
-    }
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .set("linger.ms", "5")
-        .create()
         .unwrap();
+        let client = CatalogClient::connect(CatalogSettings {
+            uri: catalog.uri(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let run_id = uuid::Uuid::new_v4().simple().to_string();
+        let topics = (format!("spans_{run_id}"), format!("logs_{run_id}"));
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .create()
+            .unwrap();
+        let new_topics = [
+            NewTopic::new(&topics.0, 3, TopicReplication::Fixed(1)),
+            NewTopic::new(&topics.1, 3, TopicReplication::Fixed(1)),
+        ];
+        for result in admin
+            .create_topics(&new_topics, &AdminOptions::new())
+            .await
+            .unwrap()
+        {
+            result.unwrap();
+        }
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+        Some(Self {
+            dir,
+            brokers,
+            catalog,
+            client,
+            topics,
+            producer,
+            generator: Generator::new(11, 1_700_000_000_000_000_000),
+            produced: Produced {
+                spans: 0,
+                logs: 0,
+                bad: 0,
+                ends: Default::default(),
+            },
+            run_id,
+        })
+    }
 
-    let job = dir.join("job.toml");
-    std::fs::write(
-        &job,
-        format!(
-            r#"version = 1
+    /// A job file for one replica (`instance` becomes its static group membership).
+    fn job(&self, instance: &str) -> PathBuf {
+        let job = self.dir.join(format!("job-{instance}.toml"));
+        std::fs::write(
+            &job,
+            format!(
+                r#"version = 1
 name = "chaos"
 [source.kafka]
 brokers = "{brokers}"
@@ -216,7 +250,7 @@ topics = ["{spans}", "{logs}"]
 group_id = "floe-{run_id}"
 signals = {{ "{spans}" = "traces", "{logs}" = "logs" }}
 [source.kafka.properties]
-"group.instance.id" = "floe-test-0"
+"group.instance.id" = "floe-test-{instance}"
 "session.timeout.ms" = "6000"
 [catalog]
 uri = "{uri}"
@@ -225,144 +259,204 @@ namespace = "chaos"
 interval = "700ms"
 state_dir = "{state}"
 "#,
-            spans = topics.0,
-            logs = topics.1,
-            uri = catalog.uri(),
-            state = dir.join("state").display(),
-        ),
-    )
-    .unwrap();
-    let log = dir.join("floe.log");
-
-    // Produce while killing the job at random instants.
-    let mut generator = Generator::new(11, 1_700_000_000_000_000_000);
-    let mut produced = Produced {
-        spans: 0,
-        logs: 0,
-        bad: 0,
-        ends: Default::default(),
-    };
-    let mut child = spawn_floe(&job, &log);
-    let mut rng = rand::rng();
-    for round in 0..kills as u64 {
-        produce_round(&producer, &topics, &mut generator, round, &mut produced).await;
-        tokio::time::sleep(Duration::from_millis(rng.random_range(100..2500))).await;
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-        child = spawn_floe(&job, &log);
+                brokers = self.brokers,
+                spans = self.topics.0,
+                logs = self.topics.1,
+                run_id = self.run_id,
+                uri = self.catalog.uri(),
+                state = self.dir.join(format!("state-{instance}")).display(),
+            ),
+        )
+        .unwrap();
+        job
     }
-    produce_round(
-        &producer,
-        &topics,
-        &mut generator,
-        kills as u64,
-        &mut produced,
-    )
-    .await;
 
-    // Let the last incarnation catch up: the anchor's marker reaches every partition's end.
-    let client = CatalogClient::connect(CatalogSettings {
-        uri: catalog.uri(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let anchor = iceberg::TableIdent::from_strs(["chaos", "floe_dead_letters"]).unwrap();
-    let began = Instant::now();
-    loop {
-        let positions = client
-            .load_table(&anchor)
-            .await
-            .ok()
-            .and_then(|t| newest_marker(&t.metadata, "chaos"))
-            .map(|f| f.marker.positions)
-            .unwrap_or_default();
-        let caught_up = produced.ends.iter().all(|(key, end)| {
-            let (topic, partition) = key.rsplit_once('/').unwrap();
-            position_of(&positions, topic, partition.parse().unwrap()) == Some(*end)
-        });
-        if caught_up {
-            break;
+    fn log(&self) -> PathBuf {
+        self.dir.join("floe.log")
+    }
+
+    async fn produce_round(&mut self, round: u64) {
+        produce_round(
+            &self.producer,
+            &self.topics,
+            &mut self.generator,
+            round,
+            &mut self.produced,
+        )
+        .await;
+    }
+
+    /// Waits until the anchor's committed positions reach the end of every partition.
+    async fn wait_caught_up(&self) {
+        let anchor = iceberg::TableIdent::from_strs(["chaos", "floe_dead_letters"]).unwrap();
+        let began = Instant::now();
+        loop {
+            let positions = self
+                .client
+                .load_table(&anchor)
+                .await
+                .ok()
+                .and_then(|t| newest_marker(&t.metadata, "chaos"))
+                .map(|f| f.marker.positions)
+                .unwrap_or_default();
+            let caught_up = self.produced.ends.iter().all(|(key, end)| {
+                let (topic, partition) = key.rsplit_once('/').unwrap();
+                position_of(&positions, topic, partition.parse().unwrap()) == Some(*end)
+            });
+            if caught_up {
+                return;
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(120),
+                "the job did not catch up: {positions:?} vs {:?}; log: {}",
+                self.produced.ends,
+                self.log().display()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        assert!(
-            began.elapsed() < Duration::from_secs(120),
-            "the job did not catch up: {positions:?} vs {:?}; log: {}",
-            produced.ends,
-            log.display()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    // SIGTERM: a clean stop with a final checkpoint.
+
+    /// Checks with DuckDB that every span and log record landed exactly once and every bad
+    /// record was dead-lettered once; returns how many writers committed.
+    async fn verify(&self) -> usize {
+        let location = |name: &str| {
+            let ident = iceberg::TableIdent::from_strs(["chaos", name]).unwrap();
+            let client = &self.client;
+            async move {
+                client
+                    .load_table(&ident)
+                    .await
+                    .unwrap()
+                    .metadata_location
+                    .unwrap()
+            }
+        };
+        let anchor = self
+            .client
+            .load_table(&iceberg::TableIdent::from_strs(["chaos", "floe_dead_letters"]).unwrap())
+            .await
+            .unwrap();
+        let writers: std::collections::HashSet<&String> = anchor
+            .metadata
+            .snapshots()
+            .filter_map(|s| s.summary().additional_properties.get("floe.writer"))
+            .collect();
+        let spans = location("otel_spans").await;
+        let logs = location("otel_logs").await;
+        let dead = location("floe_dead_letters").await;
+        let out = python(&format!(
+            "import duckdb_offline\n\
+             con = duckdb_offline.connect()\n\
+             def one(q): return con.sql(q).fetchone()\n\
+             s = one(\"SELECT count(*), count(DISTINCT (kafka_topic, kafka_partition, kafka_offset, kafka_item)), count(DISTINCT span_id) FROM iceberg_scan('{spans}')\")\n\
+             l = one(\"SELECT count(*), count(DISTINCT (kafka_topic, kafka_partition, kafka_offset, kafka_item)) FROM iceberg_scan('{logs}')\")\n\
+             d = one(\"SELECT count(*), count(DISTINCT (kafka_partition, kafka_offset)), min(length(error)) FROM iceberg_scan('{dead}')\")\n\
+             v = one(\"SELECT count(*) FROM iceberg_scan('{spans}') WHERE length(trace_id) = 32 AND length(span_id) = 16 AND service_name IS NOT NULL AND span_attributes['http.request.method'] IN ('GET', 'POST') AND ts IS NOT NULL\")\n\
+             print(*s, *l, *d, *v)"
+        ));
+        let n: Vec<u64> = out.split_whitespace().map(|v| v.parse().unwrap()).collect();
+        let produced = &self.produced;
+        assert_eq!(n[0], produced.spans, "every span exactly once");
+        assert_eq!(n[1], produced.spans);
+        assert_eq!(n[2], produced.spans, "span ids survive JSON and protobuf");
+        assert_eq!(n[3], produced.logs, "every log record exactly once");
+        assert_eq!(n[4], produced.logs);
+        assert_eq!(n[5], produced.bad, "every bad record dead-lettered once");
+        assert_eq!(n[6], produced.bad);
+        assert!(n[7] > 10, "dead letters say why");
+        assert_eq!(n[8], produced.spans, "sampled values are well-formed");
+        writers.len()
+    }
+
+    async fn finish(self) {
+        self.catalog.stop().await.unwrap();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn terminate(mut child: Child) {
     Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(child.wait().unwrap().success(), "clean stop exits 0");
+}
 
-    let location = |name: &str| {
-        let client = &client;
-        let ident = iceberg::TableIdent::from_strs(["chaos", name]).unwrap();
-        async move {
-            client
-                .load_table(&ident)
-                .await
-                .unwrap()
-                .metadata_location
-                .unwrap()
-        }
+fn kills() -> usize {
+    std::env::var("FLOE_CHAOS_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_from_kafka_lands_exactly_once_through_kill_9() {
+    let Some(mut f) = Fixture::new("otlp-kafka").await else {
+        return;
     };
+    let kills = kills();
+    let job = f.job("0");
+    let mut child = spawn_floe(&job, &f.log());
+    let mut rng = rand::rng();
+    for round in 0..kills as u64 {
+        f.produce_round(round).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(100..2500))).await;
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        child = spawn_floe(&job, &f.log());
+    }
+    f.produce_round(kills as u64).await;
+    f.wait_caught_up().await;
+    terminate(child);
+    let writers = f.verify().await;
     // The kills hit incarnations that had committed: many writers left snapshots.
-    let anchor_table = client.load_table(&anchor).await.unwrap();
-    let writers: std::collections::HashSet<&String> = anchor_table
-        .metadata
-        .snapshots()
-        .filter_map(|s| s.summary().additional_properties.get("floe.writer"))
-        .collect();
     assert!(
-        writers.len() > kills / 3,
-        "only {} of {} incarnations committed",
-        writers.len(),
+        writers > kills / 3,
+        "only {writers} of {} incarnations committed",
         kills + 1
     );
-    let spans = location("otel_spans").await;
-    let logs = location("otel_logs").await;
-    let dead = location("floe_dead_letters").await;
-    let out = python(&format!(
-        "import duckdb_offline\n\
-         con = duckdb_offline.connect()\n\
-         def one(q): return con.sql(q).fetchone()\n\
-         s = one(\"SELECT count(*), count(DISTINCT (kafka_topic, kafka_partition, kafka_offset, kafka_item)), count(DISTINCT span_id) FROM iceberg_scan('{spans}')\")\n\
-         l = one(\"SELECT count(*), count(DISTINCT (kafka_topic, kafka_partition, kafka_offset, kafka_item)) FROM iceberg_scan('{logs}')\")\n\
-         d = one(\"SELECT count(*), count(DISTINCT (kafka_partition, kafka_offset)), min(length(error)) FROM iceberg_scan('{dead}')\")\n\
-         v = one(\"SELECT count(*) FROM iceberg_scan('{spans}') WHERE length(trace_id) = 32 AND length(span_id) = 16 AND service_name IS NOT NULL AND span_attributes['http.request.method'] IN ('GET', 'POST') AND ts IS NOT NULL\")\n\
-         print(*s, *l, *d, *v)"
-    ));
-    let n: Vec<u64> = out.split_whitespace().map(|v| v.parse().unwrap()).collect();
-    let (span_rows, span_unique, span_ids) = (n[0], n[1], n[2]);
-    let (log_rows, log_unique) = (n[3], n[4]);
-    let (dead_rows, dead_unique, shortest_error) = (n[5], n[6], n[7]);
-    assert_eq!(span_rows, produced.spans, "every span exactly once");
-    assert_eq!(span_unique, produced.spans);
-    assert_eq!(
-        span_ids, produced.spans,
-        "span ids survive JSON and protobuf"
-    );
-    assert_eq!(log_rows, produced.logs, "every log record exactly once");
-    assert_eq!(log_unique, produced.logs);
-    assert_eq!(
-        dead_rows, produced.bad,
-        "every bad record dead-lettered once"
-    );
-    assert_eq!(dead_unique, produced.bad);
-    assert!(shortest_error > 10, "dead letters say why");
-    assert_eq!(n[8], produced.spans, "sampled values are well-formed");
     eprintln!(
-        "chaos: {kills} kills, {} incarnations committed, {} spans, {} logs, {} dead letters — exactly once",
-        writers.len(),
-        produced.spans,
-        produced.logs,
-        produced.bad
+        "chaos: {kills} kills, {writers} incarnations committed, {} spans, {} logs, {} dead letters — exactly once",
+        f.produced.spans, f.produced.logs, f.produced.bad
     );
-    catalog.stop().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    f.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_the_partitions_and_survive_a_kill() {
+    let Some(mut f) = Fixture::new("otlp-replicas").await else {
+        return;
+    };
+    let rounds = (kills() / 2).max(4);
+    let (job_a, job_b) = (f.job("a"), f.job("b"));
+    let a = spawn_floe(&job_a, &f.log());
+    let mut b = spawn_floe(&job_b, &f.log());
+    let mut rng = rand::rng();
+    for round in 0..rounds as u64 {
+        f.produce_round(round).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(500..3000))).await;
+        if round % 2 == 1 {
+            // Replica b dies; a takes over its partitions once the session times out, then
+            // b comes back and the group rebalances again.
+            b.kill().unwrap();
+            b.wait().unwrap();
+            f.produce_round(round + 1000).await;
+            tokio::time::sleep(Duration::from_millis(rng.random_range(6500..8000))).await;
+            b = spawn_floe(&job_b, &f.log());
+        }
+    }
+    f.produce_round(rounds as u64).await;
+    f.wait_caught_up().await;
+    terminate(a);
+    terminate(b);
+    let writers = f.verify().await;
+    assert!(
+        writers >= 3,
+        "both replicas and b's restarts committed ({writers} writers)"
+    );
+    eprintln!(
+        "replicas: {rounds} rounds, {writers} writers committed, {} spans, {} logs — exactly once",
+        f.produced.spans, f.produced.logs
+    );
+    f.finish().await;
 }

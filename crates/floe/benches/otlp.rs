@@ -1,0 +1,430 @@
+//! The OTLP job's benchmark harness: `cargo bench -p floe --bench otlp`.
+//!
+//! With services from `tests/services/up` (Kafka, the Python venv), on the same produced spans:
+//!
+//! * (a) raw consume — rdkafka, no decode;
+//! * (b) decode + Parquet encode in memory — floe-otlp's decoder and Arrow builders, then
+//!   parquet's ArrowWriter with Floe's writer settings (zstd 3), one thread;
+//! * (c) the full job — the release `floe run` binary to committed Iceberg tables through a
+//!   release `floe-catalog`, 10 s checkpoints, timed from start until the committed positions
+//!   reach the end of the topic; peak RSS read from `/proc`;
+//! * (d) a PyIceberg consumer (confluent-kafka + `table.append` every 10 s);
+//! * (f) freshness — records produced at a steady rate while the job runs; for each, the time
+//!   from produce until a committed snapshot covers it.
+//!
+//! `FLOE_BENCH_SPANS` sets the volume (default 1,000,000 spans); `FLOE_BENCH_SKIP_PYTHON=1`
+//! skips (d). Apache Flink (e) is not assembled here; see the README's benchmark section.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use floe_core::{Format, SourceRecord, position_of};
+use floe_lake::marker::newest_marker;
+use floe_lake::rest::{CatalogClient, CatalogSettings};
+use floe_otlp::OtlpFormat;
+use floe_otlp::generate::Generator;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use rdkafka::ClientConfig;
+use rdkafka::Message;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+const SPANS_PER_RECORD: usize = 1000;
+const PARTITIONS: i32 = 2;
+
+fn release_bin(name: &str) -> PathBuf {
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../target")
+            .display()
+            .to_string()
+    });
+    PathBuf::from(target).join("release").join(name)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn peak_rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+struct Catalog {
+    process: Child,
+    uri: String,
+}
+
+impl Drop for Catalog {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+fn start_catalog(dir: &Path) -> Catalog {
+    let port = free_port();
+    let process = Command::new(release_bin("floe-catalog"))
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--warehouse",
+            &dir.join("warehouse").display().to_string(),
+            "--store",
+            &format!("sqlite://{}", dir.join("catalog.db").display()),
+        ])
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("cargo build --release -p floe-catalog first");
+    let uri = format!("http://127.0.0.1:{port}");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Catalog { process, uri }
+}
+
+async fn committed(client: &CatalogClient, job: &str) -> floe_core::Positions {
+    let anchor = iceberg::TableIdent::from_strs(["bench", "floe_dead_letters"]).unwrap();
+    client
+        .load_table(&anchor)
+        .await
+        .ok()
+        .and_then(|t| newest_marker(&t.metadata, job))
+        .map(|f| f.marker.positions)
+        .unwrap_or_default()
+}
+
+fn job_file(dir: &Path, name: &str, brokers: &str, topic: &str, uri: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            r#"version = 1
+name = "{name}"
+[source.kafka]
+brokers = "{brokers}"
+topics = ["{topic}"]
+group_id = "{name}-{}"
+signals = {{ "{topic}" = "traces" }}
+[catalog]
+uri = "{uri}"
+namespace = "bench"
+[checkpoint]
+interval = "10s"
+state_dir = "{}"
+"#,
+            uuid::Uuid::new_v4(),
+            dir.join(name).display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let (Ok(brokers), Ok(python)) = (
+        std::env::var("FLOE_TEST_KAFKA_BROKERS"),
+        std::env::var("FLOE_TEST_PYTHON"),
+    ) else {
+        eprintln!(
+            "otlp bench: needs FLOE_TEST_KAFKA_BROKERS and FLOE_TEST_PYTHON (tests/services/up)"
+        );
+        return;
+    };
+    let total_spans: usize = std::env::var("FLOE_BENCH_SPANS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let records = total_spans.div_ceil(SPANS_PER_RECORD);
+    let spans = records * SPANS_PER_RECORD;
+    let dir = std::env::temp_dir().join(format!("floe-bench-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let topic = format!("bench_spans_{}", uuid::Uuid::new_v4().simple());
+
+    // Produce.
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .unwrap();
+    for r in admin
+        .create_topics(
+            &[NewTopic::new(
+                &topic,
+                PARTITIONS,
+                TopicReplication::Fixed(1),
+            )],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("linger.ms", "20")
+        .set("message.max.bytes", "10000000")
+        .create()
+        .unwrap();
+    let mut generator = Generator::new(3, 1_700_000_000_000_000_000);
+    let mut payloads = Vec::with_capacity(records);
+    for _ in 0..records {
+        let [traces, _] = generator.requests(SPANS_PER_RECORD / 5);
+        payloads.push(traces.bytes);
+    }
+    let bytes: usize = payloads.iter().map(Vec::len).sum();
+    let mut sends = Vec::new();
+    for (i, p) in payloads.iter().enumerate() {
+        sends.push(
+            producer.send(
+                FutureRecord::<(), [u8]>::to(&topic)
+                    .partition(i as i32 % PARTITIONS)
+                    .payload(p),
+                Duration::from_secs(30),
+            ),
+        );
+        if sends.len() >= 256 {
+            for s in sends.drain(..) {
+                s.await.map_err(|(e, _)| e).unwrap();
+            }
+        }
+    }
+    for s in sends {
+        s.await.map_err(|(e, _)| e).unwrap();
+    }
+    println!(
+        "produced {spans} spans in {records} records ({:.1} MiB of OTLP protobuf) on {PARTITIONS} partitions",
+        bytes as f64 / 1048576.0
+    );
+
+    // (a) raw consume.
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("group.id", format!("raw-{}", uuid::Uuid::new_v4()))
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[&topic]).unwrap();
+    let began = Instant::now();
+    let mut got = 0;
+    let mut consumed_bytes = 0;
+    while got < records {
+        let m = consumer.recv().await.unwrap();
+        consumed_bytes += m.payload().map_or(0, <[u8]>::len);
+        got += 1;
+    }
+    let raw = spans as f64 / began.elapsed().as_secs_f64();
+    assert_eq!(consumed_bytes, bytes);
+    drop(consumer);
+
+    // (b) decode + Parquet encode in memory.
+    let began = Instant::now();
+    let mut format = OtlpFormat::new(Default::default());
+    let topic_name: Arc<str> = Arc::from("otlp_spans");
+    let props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap()))
+        .build();
+    let mut parquet_bytes = 0;
+    let mut encode_time = Duration::ZERO;
+    let mut encode = |batches: Vec<(&'static str, arrow_array::RecordBatch)>| {
+        let began = Instant::now();
+        for (_, batch) in batches {
+            let mut out = Vec::new();
+            let mut w =
+                ArrowWriter::try_new(&mut out, batch.schema(), Some(props.clone())).unwrap();
+            w.write(&batch).unwrap();
+            w.close().unwrap();
+            parquet_bytes += out.len();
+        }
+        encode_time += began.elapsed();
+    };
+    for (offset, payload) in payloads.iter().enumerate() {
+        let record = SourceRecord {
+            topic: topic_name.clone(),
+            partition: 0,
+            offset: offset as i64,
+            payload: payload.clone(),
+        };
+        format.append(&record, 0).unwrap();
+        if format.buffered_rows() >= 64 * 1024 {
+            encode(format.take());
+        }
+    }
+    encode(format.take());
+    let decode_encode = spans as f64 / began.elapsed().as_secs_f64();
+    let encode_share = encode_time.as_secs_f64() / began.elapsed().as_secs_f64();
+
+    // (c) the full job.
+    let catalog = start_catalog(&dir);
+    let client = CatalogClient::connect(CatalogSettings {
+        uri: catalog.uri.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let job = job_file(&dir, "floe", &brokers, &topic, &catalog.uri);
+    let began = Instant::now();
+    let mut child = Command::new(release_bin("floe"))
+        .args(["run", job.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("cargo build --release -p floe first");
+    // Records went round-robin: partition p holds every PARTITIONS-th one from p.
+    let end = |p: i32| ((records as i64) + (PARTITIONS - 1 - p) as i64) / PARTITIONS as i64;
+    loop {
+        let positions = committed(&client, "floe").await;
+        if (0..PARTITIONS).all(|p| position_of(&positions, &topic, p).unwrap_or(0) >= end(p)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let full = spans as f64 / began.elapsed().as_secs_f64();
+    let rss = peak_rss_mib(child.id());
+
+    // (f) freshness: produce at a steady rate while the job runs.
+    let rate_records_per_s = 50;
+    let mut sent: Vec<(i32, i64, Instant)> = Vec::new();
+    let mut visible: Vec<Option<Duration>> = Vec::new();
+    let steady = Instant::now();
+    let mut next = Instant::now();
+    let mut i = 0;
+    while steady.elapsed() < Duration::from_secs(25) {
+        if Instant::now() >= next {
+            let payload = &payloads[i % payloads.len()];
+            let d = producer
+                .send(
+                    FutureRecord::<(), [u8]>::to(&topic)
+                        .partition(i as i32 % PARTITIONS)
+                        .payload(payload),
+                    Duration::from_secs(30),
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .unwrap();
+            sent.push((d.partition, d.offset, Instant::now()));
+            visible.push(None);
+            i += 1;
+            next += Duration::from_millis(1000 / rate_records_per_s);
+        }
+        let positions = committed(&client, "floe").await;
+        for (k, (p, o, at)) in sent.iter().enumerate() {
+            if visible[k].is_none() && position_of(&positions, &topic, *p).unwrap_or(0) > *o {
+                visible[k] = Some(at.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Wait for the rest to land.
+    let waited = Instant::now();
+    while visible.iter().any(Option::is_none) && waited.elapsed() < Duration::from_secs(30) {
+        let positions = committed(&client, "floe").await;
+        for (k, (p, o, at)) in sent.iter().enumerate() {
+            if visible[k].is_none() && position_of(&positions, &topic, *p).unwrap_or(0) > *o {
+                visible[k] = Some(at.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut lat: Vec<f64> = visible
+        .iter()
+        .map(|v| v.map_or(f64::INFINITY, |d| d.as_secs_f64()))
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let p99 = lat[(lat.len() * 99 / 100).min(lat.len() - 1)];
+    let rss_steady = peak_rss_mib(child.id());
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+
+    // (d) the PyIceberg consumer.
+    let pyiceberg = if std::env::var("FLOE_BENCH_SKIP_PYTHON").as_deref() == Ok("1") {
+        None
+    } else {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/pyiceberg_consumer.py");
+        let began = Instant::now();
+        let out = Command::new(&python)
+            .args([
+                script.to_str().unwrap(),
+                &brokers,
+                &topic,
+                &catalog.uri,
+                &spans.to_string(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pyiceberg consumer: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(spans as f64 / began.elapsed().as_secs_f64())
+    };
+
+    let base = raw.min(decode_encode);
+    println!("\n{:<52} {:>12} {:>8}", "pipeline", "spans/s", "ratio");
+    println!(
+        "{:<52} {:>12.0} {:>8}",
+        "(a) raw consume (rdkafka, no decode)", raw, ""
+    );
+    println!(
+        "{:<52} {:>12.0} {:>8}",
+        "(b) decode + Parquet encode in memory (1 thread)", decode_encode, ""
+    );
+    println!(
+        "{:<52} {:>12.0} {:>7.2}x",
+        "(c) floe run → committed Iceberg, 10 s checkpoints",
+        full,
+        full / base
+    );
+    if let Some(py) = pyiceberg {
+        println!(
+            "{:<52} {:>12.0} {:>7.2}x",
+            "(d) PyIceberg consumer, append every 10 s",
+            py,
+            py / base
+        );
+        println!("(c)/(d) = {:.1}x (target ≥ 10x)", full / py);
+    }
+    println!("(c)/min(a,b) = {:.2} (target ≥ 0.60)", full / base);
+    println!(
+        "peak RSS of floe run: {rss:.0} MiB during the backlog, {rss_steady:.0} MiB overall (target ≤ 512)"
+    );
+    println!(
+        "freshness at {} spans/s: p50 {:.2} s, p99 {:.2} s (target ≤ 12 s with 10 s checkpoints)",
+        rate_records_per_s as usize * SPANS_PER_RECORD,
+        lat[lat.len() / 2],
+        p99
+    );
+    println!(
+        "(b) wrote {:.1} MiB of Parquet; Parquet encoding took {:.0}% of its time, decoding the rest",
+        parquet_bytes as f64 / 1048576.0,
+        encode_share * 100.0
+    );
+    drop(catalog);
+    let _ = std::fs::remove_dir_all(&dir);
+}
