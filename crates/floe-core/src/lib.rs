@@ -55,6 +55,16 @@ pub enum Polled {
     Finished,
 }
 
+/// How much one poll may return: memory in flight is bounded by bytes, whatever the record
+/// size.
+#[derive(Debug, Clone, Copy)]
+pub struct PollLimit {
+    /// Most records.
+    pub records: usize,
+    /// Most payload bytes (the record that crosses it is still returned).
+    pub bytes: usize,
+}
+
 /// A source failure the job cannot continue through.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -62,11 +72,12 @@ pub struct SourceError(pub String);
 
 /// A partitioned, replayable source.
 pub trait Source: Send {
-    /// Appends up to `max` records to `out`, waiting at most `timeout` for them.
+    /// Appends records to `out` until it holds `limit.records` records or `limit.bytes` of
+    /// payload, waiting at most `timeout` for them.
     fn poll(
         &mut self,
         out: &mut Vec<SourceRecord>,
-        max: usize,
+        limit: PollLimit,
         timeout: Duration,
     ) -> impl Future<Output = Result<Polled, SourceError>> + Send;
 

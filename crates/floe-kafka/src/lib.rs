@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use floe_core::{Polled, Positions, Source, SourceError, SourceRecord, position_key};
+use floe_core::{PollLimit, Polled, Positions, Source, SourceError, SourceRecord, position_key};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 
@@ -106,7 +106,10 @@ impl KafkaSource {
                     StartAt::Latest => "latest",
                 },
             )
-            .set("client.id", "floe");
+            .set("client.id", "floe")
+            // Prefetch at most 32 MiB (librdkafka's default is 64 MiB): part of the job's
+            // memory bound. A job file may raise it.
+            .set("queued.max.messages.kbytes", "32768");
         for (key, value) in &settings.properties {
             config.set(key, value);
         }
@@ -202,11 +205,12 @@ impl Source for KafkaSource {
     async fn poll(
         &mut self,
         out: &mut Vec<SourceRecord>,
-        max: usize,
+        limit: PollLimit,
         timeout: Duration,
     ) -> Result<Polled, SourceError> {
         let deadline = tokio::time::Instant::now() + timeout;
-        while out.len() < max {
+        let mut bytes = 0;
+        while out.len() < limit.records && bytes < limit.bytes {
             let message = match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
                 Err(_) => break,
                 Ok(Err(e)) => {
@@ -232,6 +236,7 @@ impl Source for KafkaSource {
             drop(message);
             let key = (self.topic(&topic), partition);
             if self.accept(&key, offset) {
+                bytes += payload.len();
                 out.push(SourceRecord {
                     topic: key.0,
                     partition,

@@ -467,7 +467,7 @@ impl floe_core::Source for GeneratorSource {
     async fn poll(
         &mut self,
         out: &mut Vec<floe_core::SourceRecord>,
-        max: usize,
+        limit: floe_core::PollLimit,
         timeout: std::time::Duration,
     ) -> Result<floe_core::Polled, floe_core::SourceError> {
         let now = std::time::Instant::now();
@@ -478,9 +478,11 @@ impl floe_core::Source for GeneratorSource {
         let due = (now.duration_since(self.started).as_secs_f64() * self.requests_per_second as f64)
             as u64;
         let mut pending = due.saturating_sub(self.requests_sent);
-        while pending > 0 && out.len() + 3 <= max {
+        let mut bytes = 0;
+        while pending > 0 && out.len() + 3 <= limit.records && bytes < limit.bytes {
             let n = pending.min(100);
             let [traces, logs] = self.generator.requests(n as usize);
+            bytes += traces.bytes.len() + logs.bytes.len();
             self.emit(out, 0, traces.bytes);
             self.emit(out, 1, logs.bytes);
             self.requests_sent += n;

@@ -171,16 +171,27 @@ impl<S: Slots> Row<'_, S> {
     }
 
     fn id(&mut self, bytes: &[u8]) {
-        let hex = hex_id(bytes);
-        self.str(hex.as_deref());
+        let mut buffer = [0u8; 64];
+        let hex = hex_into(bytes, &mut buffer);
+        self.str(hex);
     }
 
     fn attributes(&mut self, attributes: &[KeyValue]) {
         let map = self.builder::<StrMapBuilder>();
+        let mut text = String::new();
         for kv in attributes {
             downcast::<StringBuilder>(map.keys()).append_value(&kv.key);
-            let value = kv.value.as_ref().map(any_to_string);
-            downcast::<StringBuilder>(map.values()).append_option(value);
+            let values = downcast::<StringBuilder>(map.values());
+            match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                // The common case, without a copy.
+                Some(any_value::Value::StringValue(s)) => values.append_value(s),
+                Some(_) => {
+                    text.clear();
+                    write_any(kv.value.as_ref().expect("matched"), &mut text);
+                    values.append_value(&text);
+                }
+                None => values.append_null(),
+            }
         }
         map.append(true).expect("keys and values appended in pairs");
     }
@@ -229,32 +240,53 @@ fn nanos_to_micros(unix_nano: u64) -> i64 {
 
 /// Lowercase hex of an id; `None` for an empty or all-zero id.
 pub fn hex_id(bytes: &[u8]) -> Option<String> {
-    if bytes.iter().all(|b| *b == 0) {
+    let mut buffer = vec![0u8; bytes.len() * 2];
+    hex_into(bytes, &mut buffer).map(str::to_string)
+}
+
+/// Lowercase hex of an id written into `buffer`; `None` for an empty or all-zero id, or one
+/// longer than half the buffer.
+fn hex_into<'b>(bytes: &[u8], buffer: &'b mut [u8]) -> Option<&'b str> {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    if bytes.iter().all(|b| *b == 0) || bytes.len() * 2 > buffer.len() {
         return None;
     }
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
+    for (i, b) in bytes.iter().enumerate() {
+        buffer[2 * i] = DIGITS[(b >> 4) as usize];
+        buffer[2 * i + 1] = DIGITS[(b & 0x0f) as usize];
     }
-    Some(out)
+    std::str::from_utf8(&buffer[..bytes.len() * 2]).ok()
 }
 
 /// An attribute value as a string: scalars as text, bytes as base64, arrays and kvlists as JSON.
 pub fn any_to_string(value: &AnyValue) -> String {
+    let mut out = String::new();
+    write_any(value, &mut out);
+    out
+}
+
+/// [`any_to_string`] into a reused buffer.
+fn write_any(value: &AnyValue, out: &mut String) {
     match &value.value {
-        Some(any_value::Value::StringValue(s)) => s.clone(),
-        Some(any_value::Value::BoolValue(b)) => b.to_string(),
-        Some(any_value::Value::IntValue(i)) => i.to_string(),
-        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+        Some(any_value::Value::StringValue(s)) => out.push_str(s),
+        Some(any_value::Value::BoolValue(b)) => out.push_str(if *b { "true" } else { "false" }),
+        Some(any_value::Value::IntValue(i)) => {
+            let _ = write!(out, "{i}");
+        }
+        Some(any_value::Value::DoubleValue(d)) => {
+            let _ = write!(out, "{d}");
+        }
         Some(any_value::Value::BytesValue(b)) => {
-            base64::engine::general_purpose::STANDARD.encode(b)
+            base64::engine::general_purpose::STANDARD.encode_string(b, out)
         }
         Some(any_value::Value::ArrayValue(_)) | Some(any_value::Value::KvlistValue(_)) => {
-            any_to_json(value).to_string()
+            let _ = write!(out, "{}", any_to_json(value));
         }
         // String-table references (profiles only) and unset values.
-        Some(any_value::Value::StringValueStrindex(i)) => i.to_string(),
-        None => String::new(),
+        Some(any_value::Value::StringValueStrindex(i)) => {
+            let _ = write!(out, "{i}");
+        }
+        None => {}
     }
 }
 
@@ -469,7 +501,7 @@ impl TableBuilders {
                     row.id(&span.trace_id);
                     row.id(&span.span_id);
                     row.id(&span.parent_span_id);
-                    row.bool(Some(hex_id(&span.parent_span_id).is_none()));
+                    row.bool(Some(span.parent_span_id.iter().all(|b| *b == 0)));
                     row.text(&span.trace_state);
                     row.uint(span.flags);
                     row.str(Some(&span.name));

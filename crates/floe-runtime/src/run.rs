@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use floe_core::{Format, Polled, Positions, Source, SourceRecord, position_key};
+use floe_core::{Format, PollLimit, Polled, Positions, Source, SourceRecord, position_key};
 use floe_lake::commit::{RetryPolicy, commit_checkpoint_planned};
 use floe_lake::marker::{CommitMarker, newest_marker};
 use floe_lake::rest::{CatalogClient, LoadedTable};
@@ -38,8 +38,11 @@ const DEAD_LETTER: &str = "dead_letter";
 
 /// Rows buffered in the format before they are handed to the writers.
 const FLUSH_ROWS: usize = 64 * 1024;
-/// Records taken from the source per poll.
-const POLL_RECORDS: usize = 8192;
+/// What one poll may take from the source: the records waiting for decoding stay small.
+const POLL: PollLimit = PollLimit {
+    records: 8192,
+    bytes: 8 * 1024 * 1024,
+};
 
 /// What a run did.
 #[derive(Debug, Clone, Default)]
@@ -211,14 +214,14 @@ impl<S: Source, F: Format> Job<S, F> {
     /// finishes.
     pub async fn run(mut self, shutdown: CancellationToken) -> LakeResult<RunSummary> {
         self.recover().await?;
-        let mut records: Vec<SourceRecord> = Vec::with_capacity(POLL_RECORDS);
+        let mut records: Vec<SourceRecord> = Vec::with_capacity(1024);
         let mut deadline = Instant::now() + self.config.interval;
         loop {
             let wait = deadline
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(200));
             let polled = tokio::select! {
-                polled = self.source.poll(&mut records, POLL_RECORDS, wait) => polled,
+                polled = self.source.poll(&mut records, POLL, wait) => polled,
                 () = shutdown.cancelled() => {
                     tracing::info!("stopping: taking a final checkpoint");
                     self.checkpoint().await?;
