@@ -105,6 +105,9 @@ pub struct TableSpec {
     pub time_column: &'static str,
     /// Columns that get a Parquet bloom filter.
     pub bloom_filter_columns: &'static [&'static str],
+    /// Columns whose values rarely repeat (ids, nanosecond times): written without a
+    /// dictionary.
+    pub plain_columns: &'static [&'static str],
 }
 
 /// Records → rows of the tables a format declares.

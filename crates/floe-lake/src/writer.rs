@@ -59,6 +59,9 @@ pub struct WriterOptions {
     pub zstd_level: i32,
     /// Columns that get a Parquet bloom filter.
     pub bloom_filter_columns: Vec<String>,
+    /// Columns written without dictionary encoding: ids and timestamps that rarely repeat,
+    /// where a dictionary costs time and space (and Parquet falls back anyway).
+    pub plain_columns: Vec<String>,
     /// Start of every file name, e.g. the job id.
     pub file_prefix: String,
 }
@@ -70,6 +73,7 @@ impl Default for WriterOptions {
             max_open_files: 64,
             zstd_level: 3,
             bloom_filter_columns: Vec::new(),
+            plain_columns: Vec::new(),
             file_prefix: "floe".to_string(),
         }
     }
@@ -88,6 +92,10 @@ impl WriterOptions {
         for column in &self.bloom_filter_columns {
             builder =
                 builder.set_column_bloom_filter_enabled(ColumnPath::from(column.as_str()), true);
+        }
+        for column in &self.plain_columns {
+            builder =
+                builder.set_column_dictionary_enabled(ColumnPath::from(column.as_str()), false);
         }
         Ok(builder.build())
     }

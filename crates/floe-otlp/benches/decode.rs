@@ -19,14 +19,19 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     let mut generator = Generator::new(5, 1_700_000_000_000_000_000);
-    let records: Vec<Vec<u8>> = (0..500).map(|_| generator.requests(200)[0].bytes.clone()).collect();
+    let records: Vec<Vec<u8>> = (0..500)
+        .map(|_| generator.requests(200)[0].bytes.clone())
+        .collect();
     let spans = records.len() * 1000;
     let topic: Arc<str> = Arc::from("otlp_spans");
 
     let began = Instant::now();
     let mut decoded = 0;
     for r in &records {
-        decoded += TracesData::decode(r.as_slice()).unwrap().resource_spans.len();
+        decoded += TracesData::decode(r.as_slice())
+            .unwrap()
+            .resource_spans
+            .len();
     }
     let prost_only = spans as f64 / began.elapsed().as_secs_f64();
     assert!(decoded > 0);
@@ -43,12 +48,23 @@ fn main() {
         };
         format.append(&record, 0).unwrap();
         if format.buffered_rows() >= 64 * 1024 {
-            rows += format.take().iter().map(|(_, b)| b.num_rows()).sum::<usize>();
+            rows += format
+                .take()
+                .iter()
+                .map(|(_, b)| b.num_rows())
+                .sum::<usize>();
         }
     }
-    rows += format.take().iter().map(|(_, b)| b.num_rows()).sum::<usize>();
+    rows += format
+        .take()
+        .iter()
+        .map(|(_, b)| b.num_rows())
+        .sum::<usize>();
     let full = spans as f64 / began.elapsed().as_secs_f64();
     assert_eq!(rows, spans);
     println!("prost decode only        {prost_only:>10.0} spans/s");
-    println!("decode → Arrow (floe)    {full:>10.0} spans/s   ({:.2} of prost alone)", full / prost_only);
+    println!(
+        "decode → Arrow (floe)    {full:>10.0} spans/s   ({:.2} of prost alone)",
+        full / prost_only
+    );
 }

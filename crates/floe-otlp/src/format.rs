@@ -47,6 +47,7 @@ impl Format for OtlpFormat {
                     OtlpTable::Spans | OtlpTable::Logs => &["trace_id"],
                     _ => &[],
                 },
+                plain_columns: t.plain_columns(),
             })
             .collect()
     }

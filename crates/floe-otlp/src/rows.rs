@@ -45,6 +45,9 @@ pub struct Lineage<'a> {
 }
 
 type AnyBuilder = Box<dyn ArrayBuilder>;
+
+/// Rows the builders have room for before they grow (the job hands over every 64k rows).
+const INITIAL_ROWS: usize = 16 * 1024;
 type StrMapBuilder = MapBuilder<AnyBuilder, AnyBuilder>;
 type AnyListBuilder = ListBuilder<AnyBuilder>;
 
@@ -60,7 +63,7 @@ impl TableColumns {
         let columns = schema
             .fields()
             .iter()
-            .map(|f| make_builder(f.data_type(), 1024))
+            .map(|f| make_builder(f.data_type(), INITIAL_ROWS))
             .collect();
         Self {
             schema,

@@ -109,10 +109,14 @@ impl<S: Source, F: Format> Job<S, F> {
         let namespace = config.catalog.namespace.clone();
         client.ensure_namespace(&[namespace.as_str()]).await?;
         let mut targets = Vec::new();
-        let options = |target_file_size: u64, bloom: &[&str]| WriterOptions {
+        let options = |target_file_size: u64, bloom: &[&str], plain: &[&str]| WriterOptions {
             target_file_size: target_file_size as usize,
             bloom_filter_columns: bloom.iter().map(|c| c.to_string()).collect(),
+            plain_columns: plain.iter().map(|c| c.to_string()).collect(),
             file_prefix: config.name.clone(),
+            // zstd 1 compresses these tables as well as 3 (within 1%) at about 1.4× the
+            // speed; compaction may recompress harder.
+            zstd_level: 1,
             ..WriterOptions::default()
         };
         let dead_letter_schema = deadletter::schema();
@@ -135,7 +139,7 @@ impl<S: Source, F: Format> Job<S, F> {
         targets.push(Target::new(
             DEAD_LETTER,
             anchor,
-            options(128 * 1024 * 1024, &[]),
+            options(128 * 1024 * 1024, &[], &[]),
         )?);
         for spec in format.tables() {
             let table_config = config
@@ -159,7 +163,11 @@ impl<S: Source, F: Format> Job<S, F> {
             targets.push(Target::new(
                 spec.key,
                 table,
-                options(table_config.target_file_size, spec.bloom_filter_columns),
+                options(
+                    table_config.target_file_size,
+                    spec.bloom_filter_columns,
+                    spec.plain_columns,
+                ),
             )?);
         }
         Ok(Self {
@@ -282,8 +290,12 @@ impl<S: Source, F: Format> Job<S, F> {
 
     /// Drops the uncommitted checkpoint: its rows and files.
     async fn abort(&mut self, why: &str) {
-        tracing::warn!(job = %self.config.name, why, "dropping the uncommitted checkpoint");
-        self.metrics.aborted_checkpoints.inc();
+        if self.buffered_bytes > 0 || self.current != self.start {
+            tracing::warn!(job = %self.config.name, why, "dropping the uncommitted checkpoint");
+            self.metrics.aborted_checkpoints.inc();
+        } else {
+            tracing::info!(job = %self.config.name, why, "seeking again");
+        }
         let _ = self.format.take();
         let _ = self.dead_letters.take();
         self.writers.abort().await;

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs the Apache Flink baseline of Floe's OTLP benchmark until killed:
+#   run.sh BROKERS TOPIC CATALOG_URI TABLE
+# Builds the jar first when it is missing or older than pom.xml or a source file.
+# Everything it prints goes to stderr.
+set -euo pipefail
+
+if [ "$#" -ne 4 ]; then
+  echo "usage: $0 BROKERS TOPIC CATALOG_URI TABLE" >&2
+  exit 2
+fi
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+jar="$here/target/floe-flink-bench.jar"
+
+stale=0
+if [ ! -f "$jar" ] || [ ! -d "$here/target/lib" ]; then
+  stale=1
+elif [ -n "$(find "$here/pom.xml" "$here/src" -type f -newer "$jar" -print -quit)" ]; then
+  stale=1
+fi
+if [ "$stale" = 1 ]; then
+  echo "flink-otlp-bench: building $jar" >&2
+  (cd "$here" && mvn -B -q -T 1 -DskipTests package) 1>&2
+fi
+
+# Flink 1.20 on Java 17 reflects into these JDK packages (Kryo, its closure cleaner, Netty).
+java_opens=(
+  --add-exports=java.base/sun.net.util=ALL-UNNAMED
+  --add-exports=java.rmi/sun.rmi.registry=ALL-UNNAMED
+  --add-exports=java.security.jgss/sun.security.krb5=ALL-UNNAMED
+  --add-opens=java.base/java.lang=ALL-UNNAMED
+  --add-opens=java.base/java.lang.reflect=ALL-UNNAMED
+  --add-opens=java.base/java.net=ALL-UNNAMED
+  --add-opens=java.base/java.io=ALL-UNNAMED
+  --add-opens=java.base/java.nio=ALL-UNNAMED
+  --add-opens=java.base/sun.nio.ch=ALL-UNNAMED
+  --add-opens=java.base/java.text=ALL-UNNAMED
+  --add-opens=java.base/java.time=ALL-UNNAMED
+  --add-opens=java.base/java.util=ALL-UNNAMED
+  --add-opens=java.base/java.util.concurrent=ALL-UNNAMED
+  --add-opens=java.base/java.util.concurrent.atomic=ALL-UNNAMED
+  --add-opens=java.base/java.util.concurrent.locks=ALL-UNNAMED
+)
+
+exec java "${java_opens[@]}" -Xmx1g ${FLOE_FLINK_JAVA_OPTS:-} \
+  -cp "$jar:$here/target/lib/*" floe.bench.FlinkOtlpBench "$@" 1>&2
