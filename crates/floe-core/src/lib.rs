@@ -90,6 +90,12 @@ pub trait Source: Send {
 
     /// `positions` are committed durably; tell upstream (advisory, for lag monitoring).
     fn acknowledge(&mut self, positions: &Positions);
+
+    /// Records between the last acknowledged position and the end of each owned partition,
+    /// as last seen (empty when the source cannot tell).
+    fn lag(&self) -> Vec<(String, i64)> {
+        Vec::new()
+    }
 }
 
 /// A table a format writes.

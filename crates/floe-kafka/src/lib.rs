@@ -13,13 +13,13 @@
 //!   uncommitted work and seeks again: records are never committed by two group members.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use floe_core::{PollLimit, Polled, Positions, Source, SourceError, SourceRecord, position_key};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
-use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Message, Offset, Statistics, TopicPartitionList};
 
 /// Where a partition without a committed position starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,12 +45,27 @@ pub struct KafkaSettings {
     pub properties: BTreeMap<String, String>,
 }
 
-/// Counts assignment changes; the consumer's callbacks run inside `recv`.
+/// Counts assignment changes and keeps the consumer lag from librdkafka's statistics; the
+/// consumer's callbacks run inside `recv`.
 struct GroupContext {
     generation: Arc<AtomicU64>,
+    lag: Arc<Mutex<BTreeMap<String, i64>>>,
 }
 
-impl ClientContext for GroupContext {}
+impl ClientContext for GroupContext {
+    fn stats(&self, statistics: Statistics) {
+        let mut lag = self.lag.lock().unwrap_or_else(|e| e.into_inner());
+        lag.clear();
+        for (topic, t) in &statistics.topics {
+            for (partition, p) in &t.partitions {
+                // -1 is the internal "unassigned" partition; lag is -1 before a commit.
+                if *partition >= 0 && p.consumer_lag >= 0 {
+                    lag.insert(position_key(topic, *partition), p.consumer_lag);
+                }
+            }
+        }
+    }
+}
 
 impl ConsumerContext for GroupContext {
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -70,6 +85,7 @@ impl ConsumerContext for GroupContext {
 /// The Kafka source.
 pub struct KafkaSource {
     consumer: StreamConsumer<GroupContext>,
+    lag: Arc<Mutex<BTreeMap<String, i64>>>,
     generation: Arc<AtomicU64>,
     seen_generation: u64,
     start: StartAt,
@@ -109,14 +125,18 @@ impl KafkaSource {
             .set("client.id", "floe")
             // Prefetch at most 32 MiB (librdkafka's default is 64 MiB): part of the job's
             // memory bound. A job file may raise it.
-            .set("queued.max.messages.kbytes", "32768");
+            .set("queued.max.messages.kbytes", "32768")
+            // Statistics carry the consumer lag per partition (a job file may change it).
+            .set("statistics.interval.ms", "5000");
         for (key, value) in &settings.properties {
             config.set(key, value);
         }
         let generation = Arc::new(AtomicU64::new(0));
+        let lag = Arc::new(Mutex::new(BTreeMap::new()));
         let consumer: StreamConsumer<GroupContext> = config
             .create_with_context(GroupContext {
                 generation: generation.clone(),
+                lag: lag.clone(),
             })
             .map_err(|e| SourceError(format!("cannot create the Kafka consumer: {e}")))?;
         let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
@@ -125,6 +145,7 @@ impl KafkaSource {
             .map_err(|e| SourceError(format!("cannot subscribe to {topics:?}: {e}")))?;
         Ok(Self {
             consumer,
+            lag,
             generation,
             seen_generation: 0,
             start: settings.start,
@@ -316,5 +337,10 @@ impl Source for KafkaSource {
         {
             tracing::debug!(error = %e, "could not commit group offsets (advisory)");
         }
+    }
+
+    fn lag(&self) -> Vec<(String, i64)> {
+        let lag = self.lag.lock().unwrap_or_else(|e| e.into_inner());
+        lag.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 }

@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// The job's metrics.
@@ -27,6 +27,8 @@ pub struct JobMetrics {
     pub commit_seconds: Histogram,
     /// Unix time of the last commit.
     pub last_commit: IntGauge,
+    /// Records behind the end of each partition, as the source last reported.
+    pub lag: IntGaugeVec,
 }
 
 impl Default for JobMetrics {
@@ -81,6 +83,14 @@ impl JobMetrics {
                 "Unix time of the last committed checkpoint (age: time() - this)",
             )
             .expect("valid metric"),
+            lag: IntGaugeVec::new(
+                Opts::new(
+                    "floe_consumer_lag_records",
+                    "Records between the committed position and the end of each partition",
+                ),
+                &["partition"],
+            )
+            .expect("valid metric"),
             registry,
         };
         for c in [
@@ -92,6 +102,7 @@ impl JobMetrics {
             Box::new(m.checkpoint_seconds.clone()),
             Box::new(m.commit_seconds.clone()),
             Box::new(m.last_commit.clone()),
+            Box::new(m.lag.clone()),
         ] {
             m.registry.register(c).expect("unique metric names");
         }

@@ -4,8 +4,9 @@
 //!   the job, and the source seeks there — the local state directory is never needed for it.
 //! * **Checkpoint.** Every `interval` (or once `max_buffered_bytes` of payload are buffered)
 //!   the writers close their files and one commit carries all tables, the anchor always among
-//!   them, with the marker `{job, writer, checkpoint, positions}`. Only then are the positions
-//!   acknowledged to the source.
+//!   them, with the marker `{job, writer, checkpoint, positions}`. Reading goes on while that
+//!   commit runs; the next barrier first waits for it (one commit in flight). Only a settled
+//!   commit's positions are acknowledged to the source.
 //! * **Fencing.** The positions recorded are planned on the anchor's head at commit time: if
 //!   another writer (a replica that took over a partition) committed any of this writer's
 //!   partitions since this writer sought them, the checkpoint is dropped and the partitions
@@ -75,6 +76,17 @@ pub struct Job<S: Source, F: Format> {
     current: Positions,
     buffered_bytes: u64,
     summary: RunSummary,
+    in_flight: Option<InFlight>,
+}
+
+/// A checkpoint being committed while the next one is read.
+struct InFlight {
+    task: tokio::task::JoinHandle<LakeResult<(floe_lake::commit::CommitReport, Duration)>>,
+    /// The positions it records for this writer's partitions.
+    positions: Positions,
+    deltas: Vec<(iceberg::TableIdent, Delta)>,
+    rows: Vec<(String, u64)>,
+    began: Instant,
 }
 
 impl<S: Source, F: Format> std::fmt::Debug for Job<S, F> {
@@ -185,6 +197,7 @@ impl<S: Source, F: Format> Job<S, F> {
             current: Positions::new(),
             buffered_bytes: 0,
             summary: RunSummary::default(),
+            in_flight: None,
         })
     }
 
@@ -233,12 +246,15 @@ impl<S: Source, F: Format> Job<S, F> {
                 () = shutdown.cancelled() => {
                     tracing::info!("stopping: taking a final checkpoint");
                     self.checkpoint().await?;
+                    self.settle().await?;
                     return Ok(self.summary);
                 }
             };
             let polled = polled.map_err(|e| LakeError::new(ErrorKind::Unavailable, e.0))?;
             if polled == Polled::Rebalanced {
                 records.clear();
+                // A commit in flight lands (or not) before anything is sought again.
+                self.settle().await?;
                 self.abort("the partition assignment changed").await;
                 self.recover().await?;
                 continue;
@@ -264,6 +280,7 @@ impl<S: Source, F: Format> Job<S, F> {
             }
             if polled == Polled::Finished {
                 self.checkpoint().await?;
+                self.settle().await?;
                 return Ok(self.summary);
             }
             if Instant::now() >= deadline || self.buffered_bytes >= self.config.max_buffered_bytes {
@@ -302,8 +319,14 @@ impl<S: Source, F: Format> Job<S, F> {
         self.buffered_bytes = 0;
     }
 
-    /// Commits everything read so far as one checkpoint.
+    /// The barrier: closes the files of everything read so far and starts committing them as
+    /// one checkpoint, after the previous checkpoint's commit has settled. Reading goes on
+    /// while the commit runs (one commit in flight at a time).
     async fn checkpoint(&mut self) -> LakeResult<()> {
+        if self.settle().await? {
+            // The previous checkpoint was fenced: everything after it was dropped.
+            return Ok(());
+        }
         let began = Instant::now();
         self.flush().await?;
         let closed = self.writers.close().await?;
@@ -322,9 +345,9 @@ impl<S: Source, F: Format> Job<S, F> {
                 ));
             }
         }
+        self.buffered_bytes = 0;
         let has_files = deltas.iter().any(|(_, d)| !d.data_files.is_empty());
         if !has_files && self.current == self.start {
-            self.buffered_bytes = 0;
             return Ok(());
         }
         let marker = CommitMarker {
@@ -333,59 +356,88 @@ impl<S: Source, F: Format> Job<S, F> {
             checkpoint_id: self.next_checkpoint,
             positions: Positions::new(),
         };
-        let start = self.start.clone();
-        let current = self.current.clone();
-        let commit_began = Instant::now();
-        let result = commit_checkpoint_planned(
-            &self.client,
-            &marker,
-            &deltas,
-            &RetryPolicy::default(),
-            |base| {
-                let mut positions = base.map(|m| m.positions.clone()).unwrap_or_default();
-                for key in current.keys() {
-                    if positions.get(key) != start.get(key) {
-                        return Err(fenced(format!(
-                            "partition {key} was committed by another writer (at {:?}, this \
-                             writer started at {:?})",
-                            positions.get(key),
-                            start.get(key)
-                        )));
+        self.next_checkpoint += 1;
+        let (client, start, current) = (
+            self.client.clone(),
+            self.start.clone(),
+            self.current.clone(),
+        );
+        let commit_deltas = deltas.clone();
+        let task = tokio::spawn(async move {
+            let began = Instant::now();
+            commit_checkpoint_planned(
+                &client,
+                &marker,
+                &commit_deltas,
+                &RetryPolicy::default(),
+                |base| {
+                    let mut positions = base.map(|m| m.positions.clone()).unwrap_or_default();
+                    for key in current.keys() {
+                        if positions.get(key) != start.get(key) {
+                            return Err(fenced(format!(
+                                "partition {key} was committed by another writer (at {:?}, \
+                                 this writer started at {:?})",
+                                positions.get(key),
+                                start.get(key)
+                            )));
+                        }
                     }
-                }
-                positions.extend(current.clone());
-                Ok(positions)
-            },
-        )
-        .await;
+                    positions.extend(current.clone());
+                    Ok(positions)
+                },
+            )
+            .await
+            .map(|report| (report, began.elapsed()))
+        });
+        self.in_flight = Some(InFlight {
+            task,
+            positions: self.current.clone(),
+            deltas,
+            rows,
+            began,
+        });
+        Ok(())
+    }
+
+    /// Waits for the commit in flight, if any. Returns whether it was fenced (then everything
+    /// read since was dropped and the partitions were sought again).
+    async fn settle(&mut self) -> LakeResult<bool> {
+        let Some(in_flight) = self.in_flight.take() else {
+            return Ok(false);
+        };
+        let result = in_flight.task.await.map_err(|e| {
+            LakeError::new(ErrorKind::Invalid, format!("the commit task failed: {e}"))
+        })?;
         match result {
-            Ok(report) => {
+            Ok((report, commit_took)) => {
                 self.metrics
                     .commit_seconds
-                    .observe(commit_began.elapsed().as_secs_f64());
-                self.next_checkpoint += 1;
-                self.start = self.current.clone();
-                self.buffered_bytes = 0;
-                self.source.acknowledge(&self.current);
+                    .observe(commit_took.as_secs_f64());
+                self.start = in_flight.positions;
+                self.source.acknowledge(&self.start);
                 self.metrics.checkpoints.inc();
-                self.metrics
-                    .checkpoint_seconds
-                    .observe(began.elapsed().as_secs_f64());
+                let took = in_flight.began.elapsed();
+                self.metrics.checkpoint_seconds.observe(took.as_secs_f64());
                 self.metrics.last_commit.set(now_us() / 1_000_000);
+                for (partition, lag) in self.source.lag() {
+                    self.metrics.lag.with_label_values(&[&partition]).set(lag);
+                }
                 self.summary.checkpoints += 1;
+                let rows = &in_flight.rows;
                 let dead_rows = rows.first().map_or(0, |(_, r)| *r);
                 self.metrics.dead_letters.inc_by(dead_rows);
                 self.summary.dead_letters += dead_rows;
-                for (table, n) in &rows {
+                for (table, n) in rows {
                     self.metrics.rows.with_label_values(&[table]).inc_by(*n);
                     *self.summary.rows.entry(table.clone()).or_default() += n;
                 }
-                self.progress(&rows, began.elapsed(), report.attempts);
-                Ok(())
+                self.progress(rows, took, report.attempts);
+                Ok(false)
             }
             Err(e) if e.kind() == ErrorKind::Fenced => {
-                // Fenced: the files were never committed.
-                for (ident, delta) in &deltas {
+                // Fenced: its files were never committed, and what was read after it builds
+                // on positions that are not ours.
+                for (ident, delta) in &in_flight.deltas {
                     let io = &self
                         .tables
                         .iter()
@@ -397,7 +449,8 @@ impl<S: Source, F: Format> Job<S, F> {
                     }
                 }
                 self.abort(&e.to_string()).await;
-                self.recover().await
+                self.recover().await?;
+                Ok(true)
             }
             Err(e) => Err(e),
         }
@@ -411,7 +464,7 @@ impl<S: Source, F: Format> Job<S, F> {
             .collect();
         tracing::info!(
             job = %self.config.name,
-            checkpoint = self.next_checkpoint - 1,
+            checkpoint = self.summary.checkpoints,
             rows = ?written,
             millis = took.as_millis() as u64,
             attempts,
@@ -420,7 +473,7 @@ impl<S: Source, F: Format> Job<S, F> {
         if std::io::stderr().is_terminal() {
             eprintln!(
                 "checkpoint {:>5}  {:>7} ms  {}",
-                self.next_checkpoint - 1,
+                self.summary.checkpoints,
                 took.as_millis(),
                 if written.is_empty() {
                     "positions only".to_string()
