@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Runs the Apache Flink baseline of Floe's OTLP benchmark until killed:
 #   run.sh BROKERS TOPIC CATALOG_URI TABLE
-# Builds the jar first when it is missing or older than pom.xml or a source file.
+# Builds the jar first when it is missing or older than pom.xml or a source file;
+# `run.sh --build` only does that, so a harness can keep the build out of its timing.
 # Everything it prints goes to stderr.
 set -euo pipefail
 
-if [ "$#" -ne 4 ]; then
-  echo "usage: $0 BROKERS TOPIC CATALOG_URI TABLE" >&2
+build_only=0
+if [ "$#" -eq 1 ] && [ "$1" = "--build" ]; then
+  build_only=1
+elif [ "$#" -ne 4 ]; then
+  echo "usage: $0 BROKERS TOPIC CATALOG_URI TABLE | $0 --build" >&2
   exit 2
 fi
 
@@ -21,7 +25,18 @@ elif [ -n "$(find "$here/pom.xml" "$here/src" -type f -newer "$jar" -print -quit
 fi
 if [ "$stale" = 1 ]; then
   echo "flink-otlp-bench: building $jar" >&2
-  (cd "$here" && mvn -B -q -T 1 -DskipTests package) 1>&2
+  rm -rf "$here/target/lib"
+  log="$(mktemp)"
+  if ! (cd "$here" && mvn -B -q -T 1 -DskipTests package) >"$log" 2>&1; then
+    cat "$log" >&2
+    rm -f "$log"
+    echo "flink-otlp-bench: mvn package failed" >&2
+    exit 1
+  fi
+  rm -f "$log"
+fi
+if [ "$build_only" = 1 ]; then
+  exit 0
 fi
 
 # Flink 1.20 on Java 17 reflects into these JDK packages (Kryo, its closure cleaner, Netty).

@@ -12,6 +12,8 @@ import io.opentelemetry.proto.trace.v1.Status;
 import io.opentelemetry.proto.trace.v1.TracesData;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.Comparator;
+import java.util.stream.Stream;
 import java.time.Instant;
 import java.util.Base64;
 import java.util.HashMap;
@@ -23,6 +25,8 @@ import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.CoreOptions;
+import org.apache.flink.configuration.WebOptions;
 import org.apache.flink.connector.kafka.source.KafkaSource;
 import org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsInitializer;
 import org.apache.flink.connector.kafka.source.reader.deserializer.KafkaRecordDeserializationSchema;
@@ -82,14 +86,30 @@ public final class FlinkOtlpBench {
 
     Map<String, String> catalogProps = new HashMap<>();
     catalogProps.put("uri", catalogUri);
-    CatalogLoader catalogLoader =
-        CatalogLoader.rest("floe", new org.apache.hadoop.conf.Configuration(), catalogProps);
+    org.apache.hadoop.conf.Configuration hadoopConf = new org.apache.hadoop.conf.Configuration();
+    // Write file:// warehouses without Hadoop's .crc side files, as the other writers do.
+    hadoopConf.set("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem");
+    CatalogLoader catalogLoader = CatalogLoader.rest("floe", hadoopConf, catalogProps);
     TableIdentifier id = TableIdentifier.of(NAMESPACE, tableName);
     Schema schema = spansSchema();
-    ensureTable(catalogLoader.loadCatalog(), id, schema);
+    Catalog catalog = catalogLoader.loadCatalog();
+    try {
+      ensureTable(catalog, id, schema);
+    } finally {
+      if (catalog instanceof java.io.Closeable) {
+        ((java.io.Closeable) catalog).close();
+      }
+    }
 
-    Path checkpoints = Files.createTempDirectory("floe-flink-bench-checkpoints");
+    // Checkpoints and Flink's scratch files (such as the RPC jar it unpacks) go in one directory
+    // of this run's, removed when the JVM exits.
+    Path work = Files.createTempDirectory("floe-flink-bench-");
+    Runtime.getRuntime().addShutdownHook(new Thread(() -> deleteTree(work)));
+    Path checkpoints = Files.createDirectory(work.resolve("checkpoints"));
+    Path scratch = Files.createDirectory(work.resolve("tmp"));
     Configuration conf = new Configuration();
+    conf.set(CoreOptions.TMP_DIRS, scratch.toString());
+    conf.set(WebOptions.UPLOAD_DIR, scratch.toString());
     conf.set(CheckpointingOptions.CHECKPOINT_STORAGE, "filesystem");
     conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, checkpoints.toUri().toString());
     StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(conf);
@@ -123,6 +143,15 @@ public final class FlinkOtlpBench {
         "flink-otlp-bench: %s/%s -> %s %s, checkpoints every %d ms in %s%n",
         brokers, topic, catalogUri, id, CHECKPOINT_INTERVAL_MS, checkpoints);
     env.execute("floe-flink-otlp-bench");
+  }
+
+  /** Best-effort removal of a directory tree. */
+  static void deleteTree(Path root) {
+    try (Stream<Path> paths = Files.walk(root)) {
+      paths.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+    } catch (java.io.IOException | java.io.UncheckedIOException e) {
+      // Already gone, or still in use: nothing to do at exit.
+    }
   }
 
   /** Creates the namespace and table when missing. */
