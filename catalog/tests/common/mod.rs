@@ -23,6 +23,19 @@ pub struct Backend {
     pub warehouse: String,
     /// The local warehouse directory, when the warehouse is on the file system.
     pub local_dir: Option<PathBuf>,
+    /// The temporary directory of the local stores and warehouses; removed when the last
+    /// backend of a `backends()` call is dropped.
+    _root: std::sync::Arc<TempRoot>,
+}
+
+/// A temporary directory removed on drop (tests must not fill the disk).
+#[derive(Debug)]
+struct TempRoot(PathBuf);
+
+impl Drop for TempRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn required() -> bool {
@@ -37,12 +50,14 @@ fn unique(tag: &str) -> String {
 pub fn backends() -> Vec<Backend> {
     let tmp = std::env::temp_dir().join(unique("floe-cat-"));
     std::fs::create_dir_all(&tmp).unwrap();
+    let root = std::sync::Arc::new(TempRoot(tmp.clone()));
     let local_wh = tmp.join("warehouse");
     let mut out = vec![Backend {
         label: "sqlite+file".into(),
         store: format!("sqlite://{}", tmp.join("catalog.db").display()),
         warehouse: format!("file://{}", local_wh.display()),
         local_dir: Some(local_wh.clone()),
+        _root: root.clone(),
     }];
     let pg = std::env::var("FLOE_TEST_PG_URL").ok();
     let s3 = std::env::var("FLOE_TEST_S3_ENDPOINT").ok();
@@ -62,6 +77,7 @@ pub fn backends() -> Vec<Backend> {
             store: pg.clone(),
             warehouse: format!("file://{}", tmp.join("warehouse-pg").display()),
             local_dir: Some(tmp.join("warehouse-pg")),
+            _root: root.clone(),
         });
     } else {
         eprintln!("note: FLOE_TEST_PG_URL unset, skipping the Postgres store");
@@ -73,6 +89,7 @@ pub fn backends() -> Vec<Backend> {
             store: format!("sqlite://{}", tmp.join("catalog-s3.db").display()),
             warehouse: format!("s3://{bucket}/{}", unique("wh-")),
             local_dir: None,
+            _root: root.clone(),
         });
         if let Some(pg) = &pg {
             out.push(Backend {
@@ -80,6 +97,7 @@ pub fn backends() -> Vec<Backend> {
                 store: pg.clone(),
                 warehouse: format!("s3://{bucket}/{}", unique("wh-")),
                 local_dir: None,
+                _root: root.clone(),
             });
         }
     } else {

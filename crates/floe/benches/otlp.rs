@@ -9,11 +9,14 @@
 //!   release `floe-catalog`, 10 s checkpoints, timed from start until the committed positions
 //!   reach the end of the topic; peak RSS read from `/proc`;
 //! * (d) a PyIceberg consumer (confluent-kafka + `table.append` every 10 s);
+//! * (e) Apache Flink 1.20 — its Kafka source and the Iceberg Flink sink, 10 s checkpoints,
+//!   through the same catalog (`benches/flink/`, built with Maven before timing);
 //! * (f) freshness — records produced at a steady rate while the job runs; for each, the time
 //!   from produce until a committed snapshot covers it.
 //!
 //! `FLOE_BENCH_SPANS` sets the volume (default 1,000,000 spans); `FLOE_BENCH_SKIP_PYTHON=1`
-//! skips (d). Apache Flink (e) is not assembled here; see the README's benchmark section.
+//! skips (d), `FLOE_BENCH_SKIP_FLINK=1` skips (e). For (c) and (e) the CPU time of the process
+//! is read from `/proc` too, to compare spans per core-second.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -71,6 +74,38 @@ fn peak_rss_mib(pid: u32) -> f64 {
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// User + system CPU seconds of a process so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let fields: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+            let ticks: f64 =
+                fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+            Some(ticks / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+/// Total records of a table's current snapshot.
+async fn total_records(client: &CatalogClient, namespace: &str, table: &str) -> u64 {
+    let ident = iceberg::TableIdent::from_strs([namespace, table]).unwrap();
+    client
+        .load_table(&ident)
+        .await
+        .ok()
+        .and_then(|t| {
+            t.metadata.current_snapshot().and_then(|s| {
+                s.summary()
+                    .additional_properties
+                    .get("total-records")
+                    .cloned()
+            })
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 struct Catalog {
@@ -314,6 +349,7 @@ async fn main() {
     }
     let full = spans as f64 / began.elapsed().as_secs_f64();
     let rss = peak_rss_mib(child.id());
+    let floe_cpu = cpu_seconds(child.id());
     // Steady state: rows committed after the first checkpoint over the time between the first
     // and the last commit (no start-up, no wait for the last interval).
     let spans_table = client
@@ -422,6 +458,42 @@ async fn main() {
         Some(spans as f64 / began.elapsed().as_secs_f64())
     };
 
+    // (e) Apache Flink with the Iceberg sink.
+    let flink = if std::env::var("FLOE_BENCH_SKIP_FLINK").as_deref() == Ok("1") {
+        None
+    } else {
+        let run = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/flink/run.sh");
+        let built = Command::new(&run).arg("--build").status().unwrap();
+        assert!(built.success(), "building the Flink baseline failed");
+        let table = format!("spans_{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let began = Instant::now();
+        let mut flink = Command::new(&run)
+            .args([&brokers, &topic, &catalog.uri, &table])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // The topic also holds the freshness phase's records: wait for all of them.
+        let expected = (records + sent.len()) as u64 * SPANS_PER_RECORD as u64;
+        let mut cpu = 0.0;
+        let mut rss = 0.0;
+        while total_records(&client, "flinkbench", &table).await < expected {
+            assert!(
+                began.elapsed() < Duration::from_secs(1800),
+                "Flink did not finish"
+            );
+            assert!(flink.try_wait().unwrap().is_none(), "Flink exited early");
+            cpu = cpu_seconds(flink.id());
+            rss = peak_rss_mib(flink.id());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let rate = expected as f64 / began.elapsed().as_secs_f64();
+        let _ = Command::new("kill")
+            .args(["-TERM", &flink.id().to_string()])
+            .status();
+        let _ = flink.wait();
+        Some((rate, expected as f64 / cpu.max(0.01), rss))
+    };
+
     let base = raw.min(decode_encode);
     println!("\n{:<52} {:>12} {:>8}", "pipeline", "spans/s", "ratio");
     println!(
@@ -454,6 +526,19 @@ async fn main() {
             py / base
         );
         println!("(c)/(d) = {:.1}x (target ≥ 10x)", full / py);
+    }
+    if let Some((rate, per_cpu, rss)) = flink {
+        println!(
+            "{:<52} {:>12.0} {:>7.2}x",
+            "(e) Flink 1.20 + Iceberg sink, 10 s checkpoints",
+            rate,
+            rate / base
+        );
+        let floe_per_cpu = spans as f64 / floe_cpu.max(0.01);
+        println!(
+            "per core-second: floe {floe_per_cpu:.0} spans, Flink {per_cpu:.0} spans ({:.1}x); Flink peak RSS {rss:.0} MiB",
+            floe_per_cpu / per_cpu
+        );
     }
     println!("(c)/min(a,b) = {:.2} (target ≥ 0.60)", full / base);
     println!(

@@ -1,6 +1,7 @@
 //! The `floe` command as a user runs it: `validate` and `run` refuse bad job files with
 //! `file:line:col` and exit code 2; the example jobs validate; `quickstart` lands generated
-//! data that DuckDB reads back (when `FLOE_TEST_PYTHON` is set).
+//! data that DuckDB reads back (when `FLOE_TEST_PYTHON` is set); a table created earlier with
+//! fewer columns gains the format's columns by schema evolution.
 
 use std::path::Path;
 use std::process::Command;
@@ -123,5 +124,100 @@ fn quickstart_lands_data_duckdb_reads() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_table_gains_the_new_columns() {
+    use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+    let dir = temp_dir("evolve");
+    let catalog = floe_catalog::start(
+        &floe_catalog::config::CatalogConfig::load(
+            None,
+            &floe_catalog::config::Overrides {
+                listen: Some("127.0.0.1:0".into()),
+                warehouse: Some(dir.join("warehouse").display().to_string()),
+                store: Some(format!("sqlite://{}", dir.join("catalog.db").display())),
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let client = floe_lake::rest::CatalogClient::connect(floe_lake::rest::CatalogSettings {
+        uri: catalog.uri(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // An older otel_logs with three of the columns (and one of its own).
+    client.ensure_namespace(&["otel"]).await.unwrap();
+    let ident = iceberg::TableIdent::from_strs(["otel", "otel_logs"]).unwrap();
+    let schema = Schema::builder()
+        .with_fields(vec![
+            NestedField::required(1, "ts", Type::Primitive(PrimitiveType::Timestamptz)).into(),
+            NestedField::optional(2, "body", Type::Primitive(PrimitiveType::String)).into(),
+            NestedField::optional(3, "severity_text", Type::Primitive(PrimitiveType::String))
+                .into(),
+            NestedField::optional(4, "team", Type::Primitive(PrimitiveType::String)).into(),
+        ])
+        .build()
+        .unwrap();
+    client
+        .create_table(
+            &ident,
+            &iceberg_catalog_rest::CreateTableRequest {
+                name: "otel_logs".into(),
+                location: None,
+                schema,
+                partition_spec: None,
+                write_order: None,
+                stage_create: None,
+                properties: [("format-version".to_string(), "2".to_string())].into(),
+            },
+        )
+        .await
+        .unwrap();
+    let job = dir.join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "version = 1\nname = \"evolve\"\n[source.generator]\nrequests_per_second = 200\nduration = \"2s\"\n\
+             [catalog]\nuri = \"{}\"\nnamespace = \"otel\"\n[checkpoint]\ninterval = \"1s\"\nstate_dir = \"{}\"\n",
+            catalog.uri(),
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    let out = floe(&["run", job.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = client.load_table(&ident).await.unwrap();
+    let schema = table.metadata.current_schema();
+    for column in [
+        "ts",
+        "body",
+        "team",
+        "log_attributes",
+        "trace_id",
+        "kafka_offset",
+    ] {
+        assert!(
+            schema.field_by_name(column).is_some(),
+            "{column} in {schema:?}"
+        );
+    }
+    let added: u64 = table
+        .metadata
+        .snapshots()
+        .filter_map(|s| s.summary().additional_properties.get("added-records"))
+        .map(|v| v.parse::<u64>().unwrap())
+        .sum();
+    assert!(added > 0, "rows landed in the evolved table");
+    catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

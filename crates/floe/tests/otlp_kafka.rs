@@ -1,7 +1,8 @@
 //! The OTLP job against a real Kafka broker and a real floe-catalog, with the `floe` binary
 //! killed (-9) at random instants while records are produced; afterwards DuckDB must read
 //! every produced span and log record exactly once, and every bad record in the dead-letter
-//! table. The same with two replicas of the job in one consumer group, one of them killed and
+//! table — with the job's local state directory deleted at every other restart. The same with
+//! two replicas of the job in one consumer group, one of them killed and
 //! restarted (rebalances both ways).
 //!
 //! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`); skipped
@@ -403,6 +404,10 @@ async fn otlp_from_kafka_lands_exactly_once_through_kill_9() {
         tokio::time::sleep(Duration::from_millis(rng.random_range(100..2500))).await;
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
+        // Losing the local state directory loses and duplicates nothing either.
+        if round % 2 == 0 {
+            let _ = std::fs::remove_dir_all(f.dir.join("state-0"));
+        }
         child = spawn_floe(&job, &f.log());
     }
     f.produce_round(kills as u64).await;
