@@ -150,17 +150,21 @@ pub fn interpolate_with(
     Ok(out)
 }
 
-/// Parses a duration like `500ms`, `10s`, `5m`, `2h`, `1d`.
-pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
+/// `"10 s"` → `(10.0, "s")`: a decimal number and the unit after it (trimmed).
+fn number_and_unit(value: &str) -> Option<(f64, &str)> {
     let value = value.trim();
     let split = value
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .unwrap_or(value.len());
     let (number, unit) = value.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{value:?} is not a duration like 10s, 500ms, 5m"))?;
-    let seconds = match unit.trim() {
+    Some((number.parse().ok()?, unit.trim()))
+}
+
+/// Parses a duration like `500ms`, `10s`, `5m`, `2h`, `1d`.
+pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = number_and_unit(value)
+        .ok_or_else(|| format!("{value:?} is not a duration like 10s, 500ms, 5m"))?;
+    let seconds = match unit {
         "ms" => number / 1000.0,
         "s" => number,
         "m" | "min" => number * 60.0,
@@ -173,15 +177,9 @@ pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
 
 /// Parses a size like `512MiB`, `64MB`, `1GiB`, `1000` (bytes).
 pub fn parse_bytes(value: &str) -> Result<u64, String> {
-    let value = value.trim();
-    let split = value
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(value.len());
-    let (number, unit) = value.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{value:?} is not a size like 512MiB"))?;
-    let scale: f64 = match unit.trim() {
+    let (number, unit) =
+        number_and_unit(value).ok_or_else(|| format!("{value:?} is not a size like 512MiB"))?;
+    let scale: f64 = match unit {
         "" | "B" => 1.0,
         "KB" => 1e3,
         "MB" => 1e6,

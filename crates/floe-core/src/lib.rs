@@ -30,6 +30,15 @@ pub fn position_of(positions: &Positions, topic: &str, partition: i32) -> Option
         .and_then(|v| v.parse().ok())
 }
 
+/// Where a partition the job never committed starts reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAt {
+    /// The oldest record still available.
+    Earliest,
+    /// Only records produced from now on.
+    Latest,
+}
+
 /// One record read from a source.
 #[derive(Debug, Clone)]
 pub struct SourceRecord {

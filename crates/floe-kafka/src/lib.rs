@@ -17,18 +17,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use floe_core::{PollLimit, Polled, Positions, Source, SourceError, SourceRecord, position_key};
+use floe_core::{
+    PollLimit, Polled, Positions, Source, SourceError, SourceRecord, StartAt, position_key,
+};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, Statistics, TopicPartitionList};
-
-/// Where a partition without a committed position starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StartAt {
-    /// The oldest record still in Kafka.
-    Earliest,
-    /// Only records produced from now on.
-    Latest,
-}
 
 /// Settings of the Kafka source.
 #[derive(Debug, Clone)]

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use floe_config::{ConfigErrors, ConfigProblem, Source};
-use floe_core::TableSpec;
+use floe_core::{StartAt, TableSpec};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -138,15 +138,6 @@ struct RawMetrics {
     listen: Option<S>,
 }
 
-/// Where a partition without a committed position starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Start {
-    /// The oldest record available.
-    Earliest,
-    /// New records only.
-    Latest,
-}
-
 /// `[source.kafka]`.
 #[derive(Debug, Clone)]
 pub struct KafkaSourceConfig {
@@ -157,7 +148,7 @@ pub struct KafkaSourceConfig {
     /// Consumer group.
     pub group_id: String,
     /// Start policy.
-    pub start: Start,
+    pub start: StartAt,
     /// Topic → signal name, for topics not named like the Collector's defaults.
     pub signals: BTreeMap<String, String>,
     /// librdkafka properties.
@@ -284,30 +275,32 @@ impl Check<'_> {
     }
 
     fn duration(&mut self, value: Option<&S>, default: Duration) -> Duration {
-        let Some(value) = value else {
-            return default;
-        };
-        let text = self.text(value);
-        match floe_config::parse_duration(&text) {
-            Ok(d) if !d.is_zero() => d,
-            Ok(_) => {
-                self.at(value, "must be more than zero");
-                default
-            }
-            Err(message) => {
-                self.at(value, message);
-                default
-            }
-        }
+        self.positive(
+            value,
+            default,
+            floe_config::parse_duration,
+            Duration::is_zero,
+        )
     }
 
     fn bytes(&mut self, value: Option<&S>, default: u64) -> u64 {
+        self.positive(value, default, floe_config::parse_bytes, |b| *b == 0)
+    }
+
+    /// A value parsed by `parse` that must not be zero; `default` when absent or wrong.
+    fn positive<T>(
+        &mut self,
+        value: Option<&S>,
+        default: T,
+        parse: fn(&str) -> Result<T, String>,
+        is_zero: fn(&T) -> bool,
+    ) -> T {
         let Some(value) = value else {
             return default;
         };
         let text = self.text(value);
-        match floe_config::parse_bytes(&text) {
-            Ok(b) if b > 0 => b,
+        match parse(&text) {
+            Ok(parsed) if !is_zero(&parsed) => parsed,
             Ok(_) => {
                 self.at(value, "must be more than zero");
                 default
@@ -567,16 +560,16 @@ fn kafka(c: &mut Check<'_>, k: &RawKafka, job: &str) -> KafkaSourceConfig {
         ],
     };
     let start = match &k.start {
-        None => Start::Earliest,
+        None => StartAt::Earliest,
         Some(s) => match c.text(s).as_str() {
-            "earliest" => Start::Earliest,
-            "latest" => Start::Latest,
+            "earliest" => StartAt::Earliest,
+            "latest" => StartAt::Latest,
             other => {
                 c.at(
                     s,
                     format!("start must be \"earliest\" or \"latest\", not {other:?}"),
                 );
-                Start::Earliest
+                StartAt::Earliest
             }
         },
     };

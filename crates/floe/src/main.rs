@@ -14,10 +14,10 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use floe_core::Format;
-use floe_kafka::{KafkaSettings, KafkaSource, StartAt};
+use floe_kafka::{KafkaSettings, KafkaSource};
 use floe_lake::rest::{CatalogClient, CatalogSettings};
 use floe_otlp::{GeneratorSource, OtlpFormat, Signal};
-use floe_runtime::job::{SourceConfig, Start};
+use floe_runtime::job::SourceConfig;
 use floe_runtime::{Job, JobConfig, JobMetrics, RunSummary};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
@@ -162,10 +162,7 @@ async fn run(config: JobConfig) -> anyhow::Result<RunSummary> {
                 brokers: k.brokers,
                 topics: k.topics,
                 group_id: k.group_id,
-                start: match k.start {
-                    Start::Earliest => StartAt::Earliest,
-                    Start::Latest => StartAt::Latest,
-                },
+                start: k.start,
                 properties: k.properties,
             })?;
             Job::open(config, client, source, format, metrics)
