@@ -6,18 +6,15 @@
 use std::path::Path;
 use std::process::Command;
 
+mod support;
+use support::temp_dir;
+
 fn floe(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_floe"))
         .args(args)
         .env("RUST_LOG", "warn")
         .output()
         .unwrap()
-}
-
-fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("floe-{tag}-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]
@@ -95,10 +92,9 @@ fn quickstart_lands_data_duckdb_reads() {
         stdout.contains("iceberg_scan('"),
         "prints DuckDB queries:\n{stdout}"
     );
-    let Ok(python) = std::env::var("FLOE_TEST_PYTHON") else {
-        assert!(std::env::var("FLOE_REQUIRE_SERVICES").as_deref() != Ok("1"));
+    if support::service("FLOE_TEST_PYTHON").is_none() {
         return;
-    };
+    }
     // Run the printed span query as a user would paste it.
     let query = stdout
         .split("\n\n")
@@ -107,23 +103,10 @@ fn quickstart_lands_data_duckdb_reads() {
         .trim()
         .trim_end_matches(';')
         .to_string();
-    let helpers = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/services/python");
-    let out = Command::new(python)
-        .args([
-            "-c",
-            &format!(
-                "import duckdb_offline\ncon = duckdb_offline.connect()\nrows = con.sql('''{query}''').fetchall()\n\
-                 assert len(rows) == 5, rows\nassert all(r[1] > 0 for r in rows), rows\nprint(rows)"
-            ),
-        ])
-        .env("PYTHONPATH", helpers)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::python(&format!(
+        "import duckdb_offline\ncon = duckdb_offline.connect()\nrows = con.sql('''{query}''').fetchall()\n\
+         assert len(rows) == 5, rows\nassert all(r[1] > 0 for r in rows), rows\nprint(rows)"
+    ));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -131,26 +114,7 @@ fn quickstart_lands_data_duckdb_reads() {
 async fn an_existing_table_gains_the_new_columns() {
     use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
     let dir = temp_dir("evolve");
-    let catalog = floe_catalog::start(
-        &floe_catalog::config::CatalogConfig::load(
-            None,
-            &floe_catalog::config::Overrides {
-                listen: Some("127.0.0.1:0".into()),
-                warehouse: Some(dir.join("warehouse").display().to_string()),
-                store: Some(format!("sqlite://{}", dir.join("catalog.db").display())),
-                ..Default::default()
-            },
-        )
-        .unwrap(),
-    )
-    .await
-    .unwrap();
-    let client = floe_lake::rest::CatalogClient::connect(floe_lake::rest::CatalogSettings {
-        uri: catalog.uri(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let (catalog, client) = support::start_catalog(&dir).await;
     // An older otel_logs with three of the columns (and one of its own).
     client.ensure_namespace(&["otel"]).await.unwrap();
     let ident = iceberg::TableIdent::from_strs(["otel", "otel_logs"]).unwrap();

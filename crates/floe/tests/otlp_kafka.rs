@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use floe_core::position_of;
 use floe_lake::marker::newest_marker;
-use floe_lake::rest::{CatalogClient, CatalogSettings};
+use floe_lake::rest::CatalogClient;
 use floe_otlp::generate::Generator;
 use floe_otlp::{Decoded, Signal, decode};
 use rand::Rng;
@@ -24,41 +24,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-fn service(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(v) => Some(v),
-        Err(_) => {
-            assert!(
-                std::env::var("FLOE_REQUIRE_SERVICES").as_deref() != Ok("1"),
-                "FLOE_REQUIRE_SERVICES=1 but {name} is not set"
-            );
-            eprintln!("note: {name} unset, skipping");
-            None
-        }
-    }
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("floe-{tag}-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Runs a Python snippet with the DuckDB helpers on its path; returns its stdout.
-fn python(script: &str) -> String {
-    let helpers = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/services/python");
-    let out = Command::new(std::env::var("FLOE_TEST_PYTHON").unwrap())
-        .args(["-c", script])
-        .env("PYTHONPATH", helpers)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
+mod support;
+use support::{python, service, start_catalog, temp_dir};
 
 struct Produced {
     spans: u64,
@@ -177,26 +144,7 @@ impl Fixture {
             return None;
         };
         let dir = temp_dir(tag);
-        let catalog = floe_catalog::start(
-            &floe_catalog::config::CatalogConfig::load(
-                None,
-                &floe_catalog::config::Overrides {
-                    listen: Some("127.0.0.1:0".into()),
-                    warehouse: Some(dir.join("warehouse").display().to_string()),
-                    store: Some(format!("sqlite://{}", dir.join("catalog.db").display())),
-                    ..Default::default()
-                },
-            )
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-        let client = CatalogClient::connect(CatalogSettings {
-            uri: catalog.uri(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+        let (catalog, client) = start_catalog(&dir).await;
         let run_id = uuid::Uuid::new_v4().simple().to_string();
         let topics = (format!("spans_{run_id}"), format!("logs_{run_id}"));
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()

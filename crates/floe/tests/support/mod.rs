@@ -1,0 +1,75 @@
+//! What the `floe` tests share: service variables, temp dirs, an in-process catalog, and the
+//! Python (DuckDB) read-back.
+
+#![allow(dead_code)] // each test binary uses a part
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use floe_lake::rest::{CatalogClient, CatalogSettings};
+
+/// The value of a service variable from `tests/services/up`; `None` (skip) when unset, a
+/// failure when `FLOE_REQUIRE_SERVICES=1`.
+pub(crate) fn service(name: &str) -> Option<String> {
+    match std::env::var(name) {
+        Ok(v) => Some(v),
+        Err(_) => {
+            assert!(
+                std::env::var("FLOE_REQUIRE_SERVICES").as_deref() != Ok("1"),
+                "FLOE_REQUIRE_SERVICES=1 but {name} is not set"
+            );
+            eprintln!("note: {name} unset, skipping");
+            None
+        }
+    }
+}
+
+/// A fresh directory under the system temp dir.
+pub(crate) fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("floe-{tag}-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A floe-catalog in this process on a SQLite store and a local warehouse under `dir`, and a
+/// client of it.
+pub(crate) async fn start_catalog(dir: &Path) -> (floe_catalog::RunningCatalog, CatalogClient) {
+    let catalog = floe_catalog::start(
+        &floe_catalog::config::CatalogConfig::load(
+            None,
+            &floe_catalog::config::Overrides {
+                listen: Some("127.0.0.1:0".into()),
+                warehouse: Some(dir.join("warehouse").display().to_string()),
+                store: Some(format!("sqlite://{}", dir.join("catalog.db").display())),
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let client = CatalogClient::connect(CatalogSettings {
+        uri: catalog.uri(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    (catalog, client)
+}
+
+/// Runs a Python snippet with `FLOE_TEST_PYTHON` and the DuckDB helpers on its path; returns
+/// its stdout and fails the test if it fails.
+pub(crate) fn python(script: &str) -> String {
+    let helpers = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/services/python");
+    let out = Command::new(std::env::var("FLOE_TEST_PYTHON").unwrap())
+        .args(["-c", script])
+        .env("PYTHONPATH", helpers)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
