@@ -24,7 +24,8 @@ use base64::Engine as _;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::LogsData;
 use opentelemetry_proto::tonic::metrics::v1::{
-    Exemplar, Metric, MetricsData, exemplar, metric, number_data_point,
+    Exemplar, ExponentialHistogramDataPoint, HistogramDataPoint, Metric, MetricsData,
+    NumberDataPoint, SummaryDataPoint, exemplar, metric, number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::TracesData;
@@ -236,6 +237,115 @@ impl<S: Slots> Row<'_, S> {
         list.append(true);
     }
 }
+
+/// A numeric value that is either a double or an exact integer: written as `value` (double)
+/// and `value_int` (exact, only for integers).
+#[derive(Clone, Copy)]
+enum Number {
+    Double(f64),
+    Int(i64),
+}
+
+impl<S: Slots> Row<'_, S> {
+    fn number(&mut self, value: Option<Number>) {
+        let (double, int) = match value {
+            Some(Number::Double(d)) => (Some(d), None),
+            Some(Number::Int(i)) => (Some(i as f64), Some(i)),
+            None => (None, None),
+        };
+        self.double(double);
+        self.long(int);
+    }
+}
+
+/// Appends data points of one metric to its kind's table.
+struct MetricPoints<'a> {
+    m: &'a Metric,
+    context: &'a Context<'a>,
+    from: &'a Lineage<'a>,
+    /// The next item ordinal within the record.
+    item: &'a mut i32,
+}
+
+impl MetricPoints<'_> {
+    /// One row per point: the columns every metric table starts with, the kind's own (`body`),
+    /// then exemplars, resource, scope and lineage.
+    fn append<P: Point>(
+        &mut self,
+        columns: &mut TableColumns,
+        points: &[P],
+        body: impl Fn(&mut Row<'_, Vec<AnyBuilder>>, &P),
+    ) {
+        let m = self.m;
+        for p in points {
+            let mut row = columns.row();
+            row.ts(Some(p.time()));
+            row.nanos(p.time());
+            row.ts((p.start() != 0).then_some(p.start()));
+            row.nanos_opt(p.start());
+            row.str(Some(&m.name));
+            row.text(&m.description);
+            row.text(&m.unit);
+            row.attributes(&m.metadata);
+            row.attributes(p.attributes());
+            row.uint(p.flags());
+            body(&mut row, p);
+            row.structs(p.exemplars(), |e, ex| {
+                e.ts(Some(ex.time_unix_nano));
+                e.nanos(ex.time_unix_nano);
+                e.number(match ex.value {
+                    Some(exemplar::Value::AsDouble(d)) => Some(Number::Double(d)),
+                    Some(exemplar::Value::AsInt(i)) => Some(Number::Int(i)),
+                    None => None,
+                });
+                e.id(&ex.span_id);
+                e.id(&ex.trace_id);
+                e.attributes(&ex.filtered_attributes);
+            });
+            self.context.append(&mut row);
+            lineage(&mut row, self.from, *self.item);
+            *self.item += 1;
+        }
+    }
+}
+
+/// What every kind of metric data point has.
+trait Point {
+    fn time(&self) -> u64;
+    fn start(&self) -> u64;
+    fn attributes(&self) -> &[KeyValue];
+    fn flags(&self) -> u32;
+    fn exemplars(&self) -> &[Exemplar];
+}
+
+macro_rules! point {
+    ($type:ty, $p:ident => $exemplars:expr) => {
+        impl Point for $type {
+            fn time(&self) -> u64 {
+                self.time_unix_nano
+            }
+            fn start(&self) -> u64 {
+                self.start_time_unix_nano
+            }
+            fn attributes(&self) -> &[KeyValue] {
+                &self.attributes
+            }
+            fn flags(&self) -> u32 {
+                self.flags
+            }
+            fn exemplars(&self) -> &[Exemplar] {
+                let $p = self;
+                $exemplars
+            }
+        }
+    };
+}
+
+point!(NumberDataPoint, p => &p.exemplars);
+point!(HistogramDataPoint, p => &p.exemplars);
+point!(ExponentialHistogramDataPoint, p => &p.exemplars);
+// Summaries carry no exemplars.
+point!(SummaryDataPoint, _p => &[]);
 
 fn nanos_to_micros(unix_nano: u64) -> i64 {
     (unix_nano / 1_000) as i64
@@ -615,123 +725,35 @@ impl TableBuilders {
         let Some(data) = &m.data else {
             return item;
         };
-        // The columns every metric table starts with.
-        fn head<S: Slots>(
-            row: &mut Row<'_, S>,
-            m: &Metric,
-            time: u64,
-            start: u64,
-            attributes: &[KeyValue],
-            flags: u32,
-        ) {
-            row.ts(Some(time));
-            row.nanos(time);
-            row.ts((start != 0).then_some(start));
-            row.nanos_opt(start);
-            row.str(Some(&m.name));
-            row.text(&m.description);
-            row.text(&m.unit);
-            row.attributes(&m.metadata);
-            row.attributes(attributes);
-            row.uint(flags);
-        }
-        // ...and end with.
-        fn tail<S: Slots>(
-            row: &mut Row<'_, S>,
-            exemplars: &[Exemplar],
-            context: &Context<'_>,
-            from: &Lineage<'_>,
-            item: i32,
-        ) {
-            row.structs(exemplars, |e, ex| {
-                e.ts(Some(ex.time_unix_nano));
-                e.nanos(ex.time_unix_nano);
-                match ex.value {
-                    Some(exemplar::Value::AsDouble(d)) => {
-                        e.double(Some(d));
-                        e.long(None);
-                    }
-                    Some(exemplar::Value::AsInt(i)) => {
-                        e.double(Some(i as f64));
-                        e.long(Some(i));
-                    }
-                    None => {
-                        e.double(None);
-                        e.long(None);
-                    }
-                }
-                e.id(&ex.span_id);
-                e.id(&ex.trace_id);
-                e.attributes(&ex.filtered_attributes);
-            });
-            context.append(row);
-            lineage(row, from, item);
-        }
-        fn number<S: Slots>(row: &mut Row<'_, S>, value: Option<number_data_point::Value>) {
-            match value {
-                Some(number_data_point::Value::AsDouble(d)) => {
-                    row.double(Some(d));
-                    row.long(None);
-                }
-                Some(number_data_point::Value::AsInt(i)) => {
-                    row.double(Some(i as f64));
-                    row.long(Some(i));
-                }
-                None => {
-                    row.double(None);
-                    row.long(None);
-                }
-            }
-        }
+        let mut points = MetricPoints {
+            m,
+            context,
+            from,
+            item: &mut item,
+        };
+        let number = |value: Option<number_data_point::Value>| match value {
+            Some(number_data_point::Value::AsDouble(d)) => Some(Number::Double(d)),
+            Some(number_data_point::Value::AsInt(i)) => Some(Number::Int(i)),
+            None => None,
+        };
         match data {
             metric::Data::Gauge(g) => {
                 let columns = self.columns(OtlpTable::Gauge);
-                for p in &g.data_points {
-                    let mut row = columns.row();
-                    head(
-                        &mut row,
-                        m,
-                        p.time_unix_nano,
-                        p.start_time_unix_nano,
-                        &p.attributes,
-                        p.flags,
-                    );
-                    number(&mut row, p.value);
-                    tail(&mut row, &p.exemplars, context, from, item);
-                    item += 1;
-                }
+                points.append(columns, &g.data_points, |row, p| {
+                    row.number(number(p.value))
+                });
             }
             metric::Data::Sum(s) => {
                 let columns = self.columns(OtlpTable::Sum);
-                for p in &s.data_points {
-                    let mut row = columns.row();
-                    head(
-                        &mut row,
-                        m,
-                        p.time_unix_nano,
-                        p.start_time_unix_nano,
-                        &p.attributes,
-                        p.flags,
-                    );
-                    number(&mut row, p.value);
+                points.append(columns, &s.data_points, |row, p| {
+                    row.number(number(p.value));
                     row.int(Some(s.aggregation_temporality));
                     row.bool(Some(s.is_monotonic));
-                    tail(&mut row, &p.exemplars, context, from, item);
-                    item += 1;
-                }
+                });
             }
             metric::Data::Histogram(h) => {
                 let columns = self.columns(OtlpTable::Histogram);
-                for p in &h.data_points {
-                    let mut row = columns.row();
-                    head(
-                        &mut row,
-                        m,
-                        p.time_unix_nano,
-                        p.start_time_unix_nano,
-                        &p.attributes,
-                        p.flags,
-                    );
+                points.append(columns, &h.data_points, |row, p| {
                     row.long(Some(p.count as i64));
                     row.double(p.sum);
                     row.double(p.min);
@@ -739,22 +761,11 @@ impl TableBuilders {
                     row.longs(&p.bucket_counts);
                     row.doubles(&p.explicit_bounds);
                     row.int(Some(h.aggregation_temporality));
-                    tail(&mut row, &p.exemplars, context, from, item);
-                    item += 1;
-                }
+                });
             }
             metric::Data::ExponentialHistogram(h) => {
                 let columns = self.columns(OtlpTable::ExponentialHistogram);
-                for p in &h.data_points {
-                    let mut row = columns.row();
-                    head(
-                        &mut row,
-                        m,
-                        p.time_unix_nano,
-                        p.start_time_unix_nano,
-                        &p.attributes,
-                        p.flags,
-                    );
+                points.append(columns, &h.data_points, |row, p| {
                     row.long(Some(p.count as i64));
                     row.double(p.sum);
                     row.double(p.min);
@@ -762,46 +773,27 @@ impl TableBuilders {
                     row.int(Some(p.scale));
                     row.long(Some(p.zero_count as i64));
                     row.double(Some(p.zero_threshold));
-                    let positive = p.positive.as_ref();
-                    row.int(Some(positive.map_or(0, |b| b.offset)));
-                    row.longs(
-                        positive
-                            .map(|b| b.bucket_counts.as_slice())
-                            .unwrap_or_default(),
-                    );
-                    let negative = p.negative.as_ref();
-                    row.int(Some(negative.map_or(0, |b| b.offset)));
-                    row.longs(
-                        negative
-                            .map(|b| b.bucket_counts.as_slice())
-                            .unwrap_or_default(),
-                    );
+                    for buckets in [p.positive.as_ref(), p.negative.as_ref()] {
+                        row.int(Some(buckets.map_or(0, |b| b.offset)));
+                        row.longs(
+                            buckets
+                                .map(|b| b.bucket_counts.as_slice())
+                                .unwrap_or_default(),
+                        );
+                    }
                     row.int(Some(h.aggregation_temporality));
-                    tail(&mut row, &p.exemplars, context, from, item);
-                    item += 1;
-                }
+                });
             }
             metric::Data::Summary(s) => {
                 let columns = self.columns(OtlpTable::Summary);
-                for p in &s.data_points {
-                    let mut row = columns.row();
-                    head(
-                        &mut row,
-                        m,
-                        p.time_unix_nano,
-                        p.start_time_unix_nano,
-                        &p.attributes,
-                        p.flags,
-                    );
+                points.append(columns, &s.data_points, |row, p| {
                     row.long(Some(p.count as i64));
                     row.double(Some(p.sum));
                     row.structs(&p.quantile_values, |q, v| {
                         q.double(Some(v.quantile));
                         q.double(Some(v.value));
                     });
-                    tail(&mut row, &[], context, from, item);
-                    item += 1;
-                }
+                });
             }
         }
         item
