@@ -34,21 +34,6 @@ struct Cli {
     log_json: bool,
 }
 
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -86,7 +71,7 @@ async fn main() -> anyhow::Result<()> {
         auth = config.auth.enabled(),
         "catalog listening"
     );
-    shutdown_signal().await;
+    floe_process::shutdown_signal().await;
     tracing::info!("shutting down");
     running.stop().await.context("server failed")?;
     Ok(())

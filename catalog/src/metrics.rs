@@ -1,6 +1,6 @@
 //! Prometheus metrics of the catalog, served at `/metrics`.
 
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
 
 /// The catalog's counters and histograms, registered in their own registry.
 #[derive(Debug, Clone)]
@@ -57,12 +57,7 @@ impl Metrics {
 
     /// The metrics in the Prometheus text format.
     pub fn render(&self) -> String {
-        let mut out = Vec::new();
-        let encoder = prometheus::TextEncoder::new();
-        if encoder.encode(&self.registry.gather(), &mut out).is_err() {
-            return String::new();
-        }
-        String::from_utf8(out).unwrap_or_default()
+        floe_process::render(&self.registry)
     }
 }
 

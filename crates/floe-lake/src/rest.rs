@@ -387,6 +387,93 @@ impl CatalogClient {
         Ok(())
     }
 
+    /// GETs a listing, following `next-page-token` to the end; returns the array under `key`
+    /// of every page.
+    async fn list_pages(
+        &self,
+        what: &str,
+        url: &str,
+        query: &[(&str, String)],
+        key: &str,
+    ) -> LakeResult<Vec<Value>> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let mut params = query.to_vec();
+            if let Some(t) = &token {
+                params.push(("pageToken", t.clone()));
+            }
+            let page: Value = self
+                .send(what, || self.http.get(url).query(&params))
+                .await?
+                .json()
+                .await
+                .map_err(|e| {
+                    LakeError::new(ErrorKind::Rejected, format!("unreadable {what} response"))
+                        .with_source(e)
+                })?;
+            if let Some(items) = page[key].as_array() {
+                out.extend(items.iter().cloned());
+            }
+            match page["next-page-token"].as_str().filter(|t| !t.is_empty()) {
+                Some(next) => token = Some(next.to_string()),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Every namespace, nested ones included (each as its parts).
+    pub async fn list_namespaces(&self) -> LakeResult<Vec<Vec<String>>> {
+        let url = format!("{}/namespaces", self.base);
+        let mut all = Vec::new();
+        let mut pending: Vec<Option<Vec<String>>> = vec![None];
+        while let Some(parent) = pending.pop() {
+            let query: Vec<(&str, String)> = parent
+                .iter()
+                .map(|p| ("parent", p.join("\u{1f}")))
+                .collect();
+            for item in self
+                .list_pages("list namespaces", &url, &query, "namespaces")
+                .await?
+            {
+                let parts: Vec<String> = item
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|p| p.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                // A catalog that ignores `parent` answers with the same level again.
+                if parts.is_empty() || all.contains(&parts) {
+                    continue;
+                }
+                all.push(parts.clone());
+                pending.push(Some(parts));
+            }
+        }
+        Ok(all)
+    }
+
+    /// The tables of one namespace.
+    pub async fn list_tables(&self, namespace: &[String]) -> LakeResult<Vec<TableIdent>> {
+        let url = format!(
+            "{}/namespaces/{}/tables",
+            self.base,
+            encode(&namespace.join("\u{1f}"))
+        );
+        self.list_pages("list tables", &url, &[], "identifiers")
+            .await?
+            .into_iter()
+            .map(|item| {
+                serde_json::from_value::<TableIdent>(item).map_err(|e| {
+                    LakeError::new(ErrorKind::Rejected, "unreadable table identifier")
+                        .with_source(e)
+                })
+            })
+            .collect()
+    }
+
     /// Commits changes to several tables atomically (`transactions/commit`).
     pub async fn commit_transaction(&self, commits: &[TableCommit]) -> LakeResult<()> {
         let url = format!("{}/transactions/commit", self.base);

@@ -3,8 +3,7 @@
 use std::net::SocketAddr;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 /// The job's metrics.
@@ -111,28 +110,11 @@ impl JobMetrics {
 
     /// The text exposition format.
     pub fn render(&self) -> String {
-        let mut out = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
-        String::from_utf8(out).unwrap_or_default()
+        floe_process::render(&self.registry)
     }
 
     /// Serves `/metrics` on `listen` in the background; returns the bound address.
     pub async fn serve(&self, listen: &str) -> std::io::Result<SocketAddr> {
-        let listener = tokio::net::TcpListener::bind(listen).await?;
-        let addr = listener.local_addr()?;
-        let metrics = self.clone();
-        let app = axum::Router::new().route(
-            "/metrics",
-            axum::routing::get(move || {
-                let metrics = metrics.clone();
-                async move { metrics.render() }
-            }),
-        );
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::warn!(error = %e, "metrics server stopped");
-            }
-        });
-        Ok(addr)
+        floe_process::serve_metrics(self.registry.clone(), listen).await
     }
 }

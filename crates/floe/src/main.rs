@@ -80,22 +80,6 @@ fn load(path: &Path) -> Result<JobConfig, floe_config::ConfigErrors> {
     JobConfig::load(path, &otlp_format(None).tables())
 }
 
-async fn shutdown_signal(token: CancellationToken) {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
-    }
-    token.cancel();
-}
-
 /// Runs a validated job; returns what it did and, for an embedded catalog, its warehouse.
 async fn run(config: JobConfig) -> anyhow::Result<RunSummary> {
     std::fs::create_dir_all(&config.state_dir)
@@ -154,7 +138,11 @@ async fn run(config: JobConfig) -> anyhow::Result<RunSummary> {
         tracing::info!(%addr, "metrics at /metrics");
     }
     let shutdown = CancellationToken::new();
-    tokio::spawn(shutdown_signal(shutdown.clone()));
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        floe_process::shutdown_signal().await;
+        on_signal.cancel();
+    });
     let format = otlp_format(Some(&config));
     let summary = match config.source.clone() {
         SourceConfig::Kafka(k) => {
