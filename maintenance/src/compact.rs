@@ -202,10 +202,9 @@ async fn rewrite_group(
         .await?;
     let reader =
         ArrowReaderBuilder::new(table.io.clone(), iceberg::Runtime::try_current()?).build();
-    let stream = reader
+    let mut stream = reader
         .read(Box::pin(futures::stream::iter(tasks.into_iter().map(Ok))))?
         .stream();
-    let batches: Vec<RecordBatch> = stream.try_collect().await?;
     // The reader's batches lack the field-id metadata the writer matches columns by.
     let schema = Arc::new(schema_to_arrow_schema(table.metadata.current_schema())?);
     let options = WriterOptions {
@@ -213,7 +212,7 @@ async fn rewrite_group(
         ..settings.writer.clone()
     };
     let mut writer = DataWriter::data(table, &options)?;
-    for batch in batches {
+    while let Some(batch) = stream.try_next().await? {
         let batch =
             RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).map_err(|e| {
                 LakeError::new(
@@ -228,12 +227,13 @@ async fn rewrite_group(
 }
 
 /// Runs a plan: one validated rewrite per group; a group that conflicts is skipped (its new
-/// files deleted) and the others go on.
+/// files deleted) and the others go on. `progress` sees the report after every group.
 pub async fn compact(
     client: &CatalogClient,
     ident: &iceberg::TableIdent,
     plan: &CompactionPlan,
     settings: &CompactionSettings,
+    progress: &(dyn Fn(&CompactionReport) + Send + Sync),
 ) -> LakeResult<CompactionReport> {
     let mut report = CompactionReport::default();
     let table = client.load_table(ident).await?;
@@ -266,6 +266,7 @@ pub async fn compact(
             }
             Err(error) => return Err(error),
         }
+        progress(&report);
     }
     Ok(report)
 }

@@ -12,6 +12,7 @@ use floe_lake::expire::ExpireSnapshots;
 use floe_lake::manifests::RewriteManifests;
 use floe_lake::orphans::RemoveOrphans;
 use floe_lake::rest::CatalogSettings;
+use iceberg::TableIdent;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -24,9 +25,28 @@ struct RawFile {
     version: Option<Spanned<i64>>,
     /// The catalog holding the tables.
     catalog: RawCatalog,
+    /// How the daemon runs.
+    daemon: Option<RawDaemon>,
     /// One policy per table or table glob; the first matching policy applies.
     #[serde(default, rename = "policy")]
     policies: Vec<RawPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDaemon {
+    /// Tasks running at once, on different tables (default 2).
+    concurrency: Option<Spanned<i64>>,
+    /// Address of the Prometheus `/metrics` endpoint (default: none).
+    metrics_listen: Option<String>,
+    /// The table holding the daemons' leases and last runs (default floe_maintenance.state).
+    state_table: Option<Spanned<String>>,
+    /// How long a lease lasts unless renewed (default 5m).
+    lease_ttl: Option<Spanned<String>>,
+    /// How often the catalog is listed for tables (default 1m).
+    discover_every: Option<Spanned<String>>,
+    /// How long running tasks may take to finish on SIGTERM (default 30s).
+    shutdown_grace: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -73,8 +93,8 @@ struct RawCompact {
 struct RawExpire {
     /// Cron schedule.
     schedule: Spanned<String>,
-    /// Expire snapshots older than this many hours (default 120).
-    older_than_hours: Option<Spanned<i64>>,
+    /// Expire snapshots older than this, e.g. `5d`, `12h` (default 5d).
+    older_than: Option<Spanned<String>>,
     /// Keep at least this many snapshots (default 10).
     retain_last: Option<Spanned<i64>>,
 }
@@ -84,8 +104,8 @@ struct RawExpire {
 struct RawOrphans {
     /// Cron schedule.
     schedule: Spanned<String>,
-    /// Only remove files older than this many hours (default 72).
-    min_age_hours: Option<Spanned<i64>>,
+    /// Only remove files older than this, e.g. `3d` (default 3d).
+    min_age: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -132,6 +152,15 @@ pub struct ExpiryPolicy {
     pub retain_last: usize,
 }
 
+impl Default for ExpiryPolicy {
+    fn default() -> Self {
+        Self {
+            older_than: Duration::from_secs(5 * 86400),
+            retain_last: 10,
+        }
+    }
+}
+
 impl ExpiryPolicy {
     /// The expiry to run now.
     pub fn at(&self, now_ms: i64) -> ExpireSnapshots {
@@ -143,11 +172,44 @@ impl ExpiryPolicy {
     }
 }
 
+/// How the daemon runs.
+#[derive(Debug, Clone)]
+pub struct DaemonSettings {
+    /// Tasks running at once (never two on one table).
+    pub concurrency: usize,
+    /// Where `/metrics` is served, if anywhere.
+    pub metrics_listen: Option<String>,
+    /// The table holding leases and last runs.
+    pub state_table: TableIdent,
+    /// How long a lease lasts unless renewed.
+    pub lease_ttl: Duration,
+    /// How often the catalog is listed for tables.
+    pub discover_every: Duration,
+    /// How long running tasks may take to finish on SIGTERM before they are cancelled.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for DaemonSettings {
+    fn default() -> Self {
+        Self {
+            concurrency: 2,
+            metrics_listen: None,
+            state_table: TableIdent::from_strs(["floe_maintenance", "state"])
+                .expect("valid identifier"),
+            lease_ttl: Duration::from_secs(300),
+            discover_every: Duration::from_secs(60),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
 /// The validated maintenance config.
 #[derive(Debug, Clone)]
 pub struct MaintenanceConfig {
     /// How to reach the catalog.
     pub catalog: CatalogSettings,
+    /// How the daemon runs.
+    pub daemon: DaemonSettings,
     /// Policies, first match wins.
     pub policies: Vec<Policy>,
 }
@@ -189,6 +251,32 @@ impl Checker<'_> {
                     format!("schedule {:?} is not a cron expression (sec min hour day month weekday): {e}", value.get_ref()),
                 ));
                 None
+            }
+        }
+    }
+
+    fn duration(
+        &mut self,
+        value: Option<&Spanned<String>>,
+        name: &str,
+        default: Duration,
+    ) -> Duration {
+        let Some(v) = value else {
+            return default;
+        };
+        match floe_config::parse_duration(v.get_ref()) {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                self.problems.push(
+                    self.source
+                        .problem(Some(v.span()), format!("{name} must be positive")),
+                );
+                default
+            }
+            Err(e) => {
+                self.problems
+                    .push(self.source.problem(Some(v.span()), format!("{name}: {e}")));
+                default
             }
         }
     }
@@ -248,6 +336,38 @@ impl MaintenanceConfig {
                 .or_else(|| env("FLOE_CATALOG_CREDENTIAL")),
             ..CatalogSettings::default()
         };
+        let mut daemon = DaemonSettings::default();
+        if let Some(d) = &raw.daemon {
+            daemon.concurrency = c.positive(
+                d.concurrency.as_ref(),
+                "concurrency",
+                daemon.concurrency as i64,
+            ) as usize;
+            daemon.metrics_listen = d.metrics_listen.clone();
+            if let Some(name) = &d.state_table {
+                match crate::state::table_ident(name.get_ref()) {
+                    Some(ident) => daemon.state_table = ident,
+                    None => c.problems.push(source.problem(
+                        Some(name.span()),
+                        format!(
+                            "state_table {:?} must look like namespace.table",
+                            name.get_ref()
+                        ),
+                    )),
+                }
+            }
+            daemon.lease_ttl = c.duration(d.lease_ttl.as_ref(), "lease_ttl", daemon.lease_ttl);
+            daemon.discover_every = c.duration(
+                d.discover_every.as_ref(),
+                "discover_every",
+                daemon.discover_every,
+            );
+            daemon.shutdown_grace = c.duration(
+                d.shutdown_grace.as_ref(),
+                "shutdown_grace",
+                daemon.shutdown_grace,
+            );
+        }
         let mut policies = Vec::new();
         for p in &raw.policies {
             let tables = p.tables.get_ref().clone();
@@ -285,19 +405,24 @@ impl MaintenanceConfig {
             });
             let expire = p.expire.as_ref().and_then(|r| {
                 let schedule = c.schedule(&r.schedule);
+                let default = ExpiryPolicy::default();
                 let task = ExpiryPolicy {
-                    older_than: Duration::from_secs(
-                        c.positive(r.older_than_hours.as_ref(), "older_than_hours", 120) * 3600,
-                    ),
-                    retain_last: c.positive(r.retain_last.as_ref(), "retain_last", 10) as usize,
+                    older_than: c.duration(r.older_than.as_ref(), "older_than", default.older_than),
+                    retain_last: c.positive(
+                        r.retain_last.as_ref(),
+                        "retain_last",
+                        default.retain_last as i64,
+                    ) as usize,
                 };
                 schedule.map(|schedule| Scheduled { schedule, task })
             });
             let orphans = p.orphans.as_ref().and_then(|r| {
                 let schedule = c.schedule(&r.schedule);
                 let task = RemoveOrphans {
-                    older_than: Duration::from_secs(
-                        c.positive(r.min_age_hours.as_ref(), "min_age_hours", 72) * 3600,
+                    older_than: c.duration(
+                        r.min_age.as_ref(),
+                        "min_age",
+                        RemoveOrphans::default().older_than,
                     ),
                     dry_run: false,
                 };
@@ -324,7 +449,11 @@ impl MaintenanceConfig {
         if !c.problems.is_empty() {
             return Err(ConfigErrors(c.problems));
         }
-        Ok(Self { catalog, policies })
+        Ok(Self {
+            catalog,
+            daemon,
+            policies,
+        })
     }
 
     /// The first policy whose pattern matches `ns.table`.

@@ -8,4 +8,7 @@
 
 pub mod compact;
 pub mod config;
+pub mod daemon;
+pub mod metrics;
+pub mod state;
 pub mod tasks;

@@ -1,22 +1,33 @@
-//! The `floe-maintenance` command: run one maintenance task on one table now (`run-once`), or
-//! show what it would change (`plan`).
+//! The `floe-maintenance` command: the daemon (`--config FILE`), one task on one table now
+//! (`run-once`), or what that task would change (`plan`).
 
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use floe_lake::rest::CatalogClient;
 use floe_maintenance::config::MaintenanceConfig;
-use floe_maintenance::tasks::{Task, run_task};
-use iceberg::{NamespaceIdent, TableIdent};
+use floe_maintenance::daemon::Daemon;
+use floe_maintenance::metrics::DaemonMetrics;
+use floe_maintenance::state::table_ident;
+use floe_maintenance::tasks::{CompactionProgress, Task, run_task};
+use tokio_util::sync::CancellationToken;
 
 /// Keeps Floe's Iceberg tables fast: compaction, snapshot expiry, orphan removal, manifest
-/// merging.
+/// merging — on cron schedules as a daemon, or once.
 #[derive(Debug, Parser)]
 #[command(name = "floe-maintenance", version)]
 struct Cli {
+    /// Maintenance config (see maintenance/maintenance.toml); runs the daemon when no
+    /// subcommand is given.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Logs as JSON lines.
+    #[arg(long, global = true)]
+    log_json: bool,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -29,9 +40,6 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct TaskArgs {
-    /// Maintenance config (see maintenance/maintenance.toml).
-    #[arg(long)]
-    config: PathBuf,
     /// The table, `namespace.table` (nested namespaces: `a.b.table`).
     #[arg(long)]
     table: String,
@@ -59,40 +67,35 @@ impl From<TaskName> for Task {
     }
 }
 
-fn table_ident(name: &str) -> Option<TableIdent> {
-    let (namespace, table) = name.rsplit_once('.')?;
-    if namespace.is_empty() || table.is_empty() {
-        return None;
+/// Redraws a one-line progress bar on stderr.
+fn draw_progress(p: &CompactionProgress) {
+    const WIDTH: usize = 30;
+    let done = p.done.groups_committed + p.done.groups_conflicted;
+    let filled = (done * WIDTH).checked_div(p.groups).unwrap_or(WIDTH);
+    let mut err = std::io::stderr().lock();
+    let _ = write!(
+        err,
+        "\r[{}{}] {done}/{} partitions, {}/{} MiB, {} files -> {}",
+        "#".repeat(filled),
+        " ".repeat(WIDTH - filled),
+        p.groups,
+        p.done.bytes_rewritten >> 20,
+        p.bytes >> 20,
+        p.done.files_rewritten,
+        p.done.files_written,
+    );
+    if done == p.groups {
+        let _ = writeln!(err);
     }
-    let namespace = NamespaceIdent::from_strs(namespace.split('.')).ok()?;
-    Some(TableIdent::new(namespace, table.to_string()))
+    let _ = err.flush();
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let cli = Cli::parse();
-    let (args, dry_run) = match &cli.command {
-        Command::RunOnce(args) => (args, false),
-        Command::Plan(args) => (args, true),
-    };
-    let config = match MaintenanceConfig::load(&args.config) {
-        Ok(c) => c,
-        Err(errors) => {
-            eprintln!("{errors}");
-            return ExitCode::from(2);
-        }
-    };
+async fn task_once(config: &MaintenanceConfig, args: &TaskArgs, dry_run: bool) -> ExitCode {
     let Some(table) = table_ident(&args.table) else {
         eprintln!("--table {:?} must look like namespace.table", args.table);
         return ExitCode::from(2);
     };
+    let tty = std::io::stderr().is_terminal();
     let result = async {
         let client = CatalogClient::connect(config.catalog.clone()).await?;
         run_task(
@@ -101,18 +104,92 @@ async fn main() -> ExitCode {
             config.policy_for(&args.table),
             args.task.into(),
             dry_run,
+            &|p| {
+                if tty {
+                    draw_progress(p);
+                }
+            },
         )
         .await
     }
     .await;
     match result {
-        Ok(summary) => {
-            println!("{summary}");
+        Ok(report) => {
+            println!("{}", report.summary);
             ExitCode::SUCCESS
         }
         Err(error) => {
             eprintln!("floe-maintenance: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+async fn daemon(config: MaintenanceConfig) -> ExitCode {
+    let metrics = DaemonMetrics::new();
+    if let Some(listen) = &config.daemon.metrics_listen {
+        match floe_process::serve_metrics(metrics.registry.clone(), listen).await {
+            Ok(addr) => tracing::info!(%addr, "serving /metrics"),
+            Err(error) => {
+                eprintln!("floe-maintenance: cannot serve metrics on {listen}: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let daemon = match Daemon::open(config, metrics).await {
+        Ok(d) => d,
+        Err(error) => {
+            eprintln!("floe-maintenance: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        floe_process::shutdown_signal().await;
+        on_signal.cancel();
+    });
+    match daemon.run(shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("floe-maintenance: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = if cli.command.is_some() {
+        "warn"
+    } else {
+        "info"
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if cli.log_json {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
+    let Some(path) = &cli.config else {
+        eprintln!("floe-maintenance: --config FILE is required (see maintenance/maintenance.toml)");
+        return ExitCode::from(2);
+    };
+    let config = match MaintenanceConfig::load(path) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::from(2);
+        }
+    };
+    match &cli.command {
+        None => daemon(config).await,
+        Some(Command::RunOnce(args)) => task_once(&config, args, false).await,
+        Some(Command::Plan(args)) => task_once(&config, args, true).await,
     }
 }

@@ -3,7 +3,6 @@
 //! the table, or the defaults when no policy sets it.
 
 use std::fmt;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use floe_lake::LakeResult;
 use floe_lake::commit::{RetryPolicy, TableOperation, commit_operation};
@@ -12,11 +11,12 @@ use floe_lake::orphans::remove_orphan_files;
 use floe_lake::rest::CatalogClient;
 use floe_lake::snapshot::current_manifests;
 
-use crate::compact::{compact, plan_compaction};
-use crate::config::{ExpiryPolicy, Policy};
+use crate::compact::{CompactionReport, compact, plan_compaction};
+use crate::config::Policy;
+use crate::state::now_ms;
 
 /// A maintenance task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Task {
     /// Bin-pack small files and apply deletes.
     Compact,
@@ -39,22 +39,51 @@ impl fmt::Display for Task {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
+impl std::str::FromStr for Task {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "compact" => Task::Compact,
+            "expire" => Task::Expire,
+            "orphans" => Task::Orphans,
+            "manifests" => Task::Manifests,
+            other => return Err(format!("unknown task {other:?}")),
+        })
+    }
 }
 
-/// Runs `task` on `table` (or, with `dry_run`, describes what it would change) and returns a
-/// one-line summary.
+/// What one task did (or, dry, would do): counts for the metrics and a one-line summary.
+#[derive(Debug, Clone, Default)]
+pub struct TaskReport {
+    /// One line for people.
+    pub summary: String,
+    /// Data files replaced by compaction.
+    pub files_rewritten: u64,
+    /// Input bytes of the replaced files.
+    pub bytes_rewritten: u64,
+    /// Data files written by compaction.
+    pub files_written: u64,
+    /// Delete files removed by compaction.
+    pub delete_files_removed: u64,
+    /// Compaction groups that conflicted with a writer (planned again next run).
+    pub groups_conflicted: u64,
+    /// Snapshots expired.
+    pub snapshots_expired: u64,
+    /// Files deleted by expiry or orphan removal.
+    pub files_deleted: u64,
+}
+
+/// Runs `task` on `table` (or, with `dry_run`, describes what it would change). Compaction
+/// reports its progress to `progress` after each partition group.
 pub async fn run_task(
     client: &CatalogClient,
     table: &iceberg::TableIdent,
     policy: Option<&Policy>,
     task: Task,
     dry_run: bool,
-) -> LakeResult<String> {
+    progress: &(dyn Fn(&CompactionProgress) + Send + Sync),
+) -> LakeResult<TaskReport> {
     let retry = RetryPolicy::default();
     let loaded = client.load_table(table).await?;
     match task {
@@ -64,50 +93,71 @@ pub async fn run_task(
                 .map(|s| s.task.clone())
                 .unwrap_or_default();
             let Some(plan) = plan_compaction(&loaded, &settings).await? else {
-                return Ok(format!("compact {table}: nothing to do"));
+                return Ok(summary(format!("compact {table}: nothing to do")));
             };
             let files: usize = plan.groups.iter().map(|g| g.data_files.len()).sum();
             let deletes: usize = plan.groups.iter().map(|g| g.delete_files.len()).sum();
             let bytes: u64 = plan.groups.iter().map(|g| g.bytes()).sum();
             if dry_run {
-                return Ok(format!(
+                return Ok(summary(format!(
                     "compact {table}: would rewrite {files} data files ({bytes} bytes) in {} partitions and remove {deletes} delete files",
                     plan.groups.len()
-                ));
+                )));
             }
-            let report = compact(client, table, &plan, &settings).await?;
-            Ok(format!(
-                "compact {table}: rewrote {} data files ({} bytes) into {}, removed {} delete files, {} partitions committed, {} conflicted",
-                report.files_rewritten,
-                report.bytes_rewritten,
-                report.files_written,
-                report.delete_files_removed,
-                report.groups_committed,
-                report.groups_conflicted
-            ))
+            let total = CompactionProgress {
+                groups: plan.groups.len(),
+                bytes,
+                done: CompactionReport::default(),
+            };
+            let report = compact(client, table, &plan, &settings, &|done| {
+                progress(&CompactionProgress {
+                    done: done.clone(),
+                    ..total.clone()
+                })
+            })
+            .await?;
+            Ok(TaskReport {
+                summary: format!(
+                    "compact {table}: rewrote {} data files ({} bytes) into {}, removed {} delete files, {} partitions committed, {} conflicted",
+                    report.files_rewritten,
+                    report.bytes_rewritten,
+                    report.files_written,
+                    report.delete_files_removed,
+                    report.groups_committed,
+                    report.groups_conflicted
+                ),
+                files_rewritten: report.files_rewritten as u64,
+                bytes_rewritten: report.bytes_rewritten,
+                files_written: report.files_written as u64,
+                delete_files_removed: report.delete_files_removed as u64,
+                groups_conflicted: report.groups_conflicted as u64,
+                ..TaskReport::default()
+            })
         }
         Task::Expire => {
             let policy = policy
                 .and_then(|p| p.expire.as_ref())
                 .map(|s| s.task.clone())
-                .unwrap_or(ExpiryPolicy {
-                    older_than: std::time::Duration::from_secs(120 * 3600),
-                    retain_last: 10,
-                });
+                .unwrap_or_default();
             let settings = policy.at(now_ms());
             if dry_run {
                 let ids = plan_expiry(&loaded.metadata, &settings);
-                return Ok(format!(
+                return Ok(summary(format!(
                     "expire {table}: would expire {} snapshots {ids:?}",
                     ids.len()
-                ));
+                )));
             }
             let report = expire_snapshots(client, table, &settings, &retry).await?;
-            Ok(format!(
-                "expire {table}: expired {} snapshots, deleted {} files",
-                report.expired.len(),
-                report.deleted_files.len()
-            ))
+            Ok(TaskReport {
+                summary: format!(
+                    "expire {table}: expired {} snapshots, deleted {} files",
+                    report.expired.len(),
+                    report.deleted_files.len()
+                ),
+                snapshots_expired: report.expired.len() as u64,
+                files_deleted: report.deleted_files.len() as u64,
+                ..TaskReport::default()
+            })
         }
         Task::Orphans => {
             let mut settings = policy
@@ -117,11 +167,19 @@ pub async fn run_task(
             settings.dry_run = dry_run;
             let report = remove_orphan_files(client, table, &settings).await?;
             let verb = if dry_run { "would remove" } else { "removed" };
-            Ok(format!(
-                "orphans {table}: {verb} {} files {:?}",
-                report.orphans.len(),
-                report.orphans
-            ))
+            Ok(TaskReport {
+                summary: format!(
+                    "orphans {table}: {verb} {} files {:?}",
+                    report.orphans.len(),
+                    report.orphans
+                ),
+                files_deleted: if dry_run {
+                    0
+                } else {
+                    report.orphans.len() as u64
+                },
+                ..TaskReport::default()
+            })
         }
         Task::Manifests => {
             let merge = policy
@@ -135,21 +193,39 @@ pub async fn run_task(
                     .iter()
                     .filter(|m| m.manifest_length < merge.target_bytes)
                     .count();
-                return Ok(format!(
+                return Ok(summary(format!(
                     "manifests {table}: {before} manifests, {small} below the target"
-                ));
+                )));
             }
             let merged = commit_operation(client, table, &merge, &retry).await?;
             let after = current_manifests(&client.load_table(table).await?)
                 .await?
                 .len();
-            Ok(match merged {
+            Ok(summary(match merged {
                 Some(_) => format!(
                     "manifests {table}: {before} -> {after} manifests ({})",
                     merge.name()
                 ),
                 None => format!("manifests {table}: nothing to do ({before} manifests)"),
-            })
+            }))
         }
     }
+}
+
+fn summary(line: String) -> TaskReport {
+    TaskReport {
+        summary: line,
+        ..TaskReport::default()
+    }
+}
+
+/// How far a compaction run is.
+#[derive(Debug, Clone)]
+pub struct CompactionProgress {
+    /// Partition groups planned.
+    pub groups: usize,
+    /// Input bytes planned.
+    pub bytes: u64,
+    /// What is done so far.
+    pub done: CompactionReport,
 }

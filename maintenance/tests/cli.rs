@@ -54,7 +54,7 @@ async fn plan_and_run_once_as_a_user_would() {
             "version = 1\n[catalog]\nuri = \"{}\"\n\n[[policy]]\ntables = \"ops.*\"\n\
              [policy.compact]\nschedule = \"0 * * * * *\"\nmin_input_files = 3\n\
              [policy.manifests]\nschedule = \"0 * * * * *\"\nmin_manifests = 4\n\
-             [policy.expire]\nschedule = \"0 * * * * *\"\nolder_than_hours = 1\nretain_last = 1\n",
+             [policy.expire]\nschedule = \"0 * * * * *\"\nolder_than = \"1h\"\nretain_last = 1\n",
             h.catalog.uri()
         ),
     )

@@ -56,7 +56,9 @@ async fn compact_one_backend(backend: &support::common::Backend) {
         .await
         .unwrap()
         .expect("work to do");
-    let report = compact(&client, &ident, &plan, &settings).await.unwrap();
+    let report = compact(&client, &ident, &plan, &settings, &|_| {})
+        .await
+        .unwrap();
     assert_eq!(report.groups_conflicted, 0);
     let after = client.load_table(&ident).await.unwrap();
     check(&after, s3, &rows_before, "after compaction").await;
@@ -137,7 +139,9 @@ async fn compaction_rounds_racing_a_writer_lose_and_resurrect_nothing() {
     while !writer.is_finished() {
         let table = client.load_table(&ident).await.unwrap();
         if let Some(plan) = plan_compaction(&table, &settings).await.unwrap() {
-            let report = compact(&client, &ident, &plan, &settings).await.unwrap();
+            let report = compact(&client, &ident, &plan, &settings, &|_| {})
+                .await
+                .unwrap();
             eprintln!("compaction round {rounds}: {report:?}");
             rounds += 1;
         }
