@@ -11,21 +11,25 @@
 //! writes them with `floe-lake`'s writer and commits one validated RewriteFiles per group: its
 //! output keeps the starting sequence number, so deletes committed meanwhile still apply, and
 //! a position delete committed against a group's input fails that group only (its output files
-//! are deleted; the next run plans again).
+//! are deleted; the next run plans again). Output files take the writer settings recorded in
+//! the table's properties (codec level, bloom filters, plain columns). After the groups, the
+//! manifests are merged, so readers do not wade through the replaced files' DELETED entries.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use floe_lake::commit::{RetryPolicy, commit_operation};
+use floe_lake::manifests::RewriteManifests;
 use floe_lake::rest::{CatalogClient, LoadedTable};
 use floe_lake::rewrite::Rewrite;
 use floe_lake::snapshot::current_manifests;
 use floe_lake::writer::{DataWriter, WriterOptions};
 use floe_lake::{ErrorKind, LakeError, LakeResult};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::{ArrowReaderBuilder, schema_to_arrow_schema};
 use iceberg::spec::{DataContentType, DataFile, Struct};
+use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 
 /// What compaction aims for.
 #[derive(Debug, Clone)]
@@ -38,8 +42,6 @@ pub struct CompactionSettings {
     pub delete_file_threshold: usize,
     /// Stop planning groups past this many input bytes in one run.
     pub max_bytes_per_run: u64,
-    /// Writer settings of the output files (its target size is `target_file_size`).
-    pub writer: WriterOptions,
 }
 
 impl Default for CompactionSettings {
@@ -49,7 +51,6 @@ impl Default for CompactionSettings {
             min_input_files: 5,
             delete_file_threshold: 1,
             max_bytes_per_run: 16 * 1024 * 1024 * 1024,
-            writer: WriterOptions::default(),
         }
     }
 }
@@ -63,6 +64,8 @@ pub struct PartitionGroup {
     pub data_files: Vec<DataFile>,
     /// Delete files that leave with them (every data file of the partition is rewritten).
     pub delete_files: Vec<DataFile>,
+    /// Whether the partition has any delete file (then rows are read with deletes applied).
+    pub has_deletes: bool,
 }
 
 impl PartitionGroup {
@@ -99,6 +102,8 @@ pub struct CompactionReport {
     pub bytes_rewritten: u64,
     /// Delete files removed.
     pub delete_files_removed: usize,
+    /// Whether the manifests were merged afterwards.
+    pub manifests_merged: bool,
 }
 
 #[derive(Default)]
@@ -148,6 +153,7 @@ pub async fn plan_compaction(
                 partition,
                 data_files: files.data,
                 delete_files: files.deletes,
+                has_deletes: true,
             });
             continue;
         }
@@ -161,6 +167,7 @@ pub async fn plan_compaction(
                 partition,
                 data_files: small,
                 delete_files: Vec::new(),
+                has_deletes: !files.deletes.is_empty(),
             });
         }
     }
@@ -180,14 +187,54 @@ pub async fn plan_compaction(
     }))
 }
 
-/// Reads a group's rows as of the starting snapshot, deletes applied, and writes them anew.
-async fn rewrite_group(
+/// The group's rows, deletes applied, as a stream of batches of the table's current schema.
+///
+/// With no delete file in the partition and a table that never changed its schema (so every
+/// file has the current columns), the files are decoded directly with the table's Arrow schema;
+/// otherwise through iceberg's reader of the starting snapshot, which applies position and
+/// equality deletes and maps older files' columns by field id.
+async fn read_group(
     table: &LoadedTable,
     start: i64,
     group: &PartitionGroup,
-    settings: &CompactionSettings,
-) -> LakeResult<Vec<DataFile>> {
-    let inputs: HashSet<&str> = group.data_files.iter().map(DataFile::file_path).collect();
+    schema: arrow_schema::SchemaRef,
+) -> LakeResult<futures::stream::BoxStream<'static, LakeResult<RecordBatch>>> {
+    if !group.has_deletes && table.metadata.schemas_iter().count() == 1 {
+        let io = table.io.clone();
+        let paths: Vec<String> = group
+            .data_files
+            .iter()
+            .map(|f| f.file_path().to_string())
+            .collect();
+        let files = futures::stream::iter(paths).then(move |path| {
+            let (io, schema) = (io.clone(), schema.clone());
+            async move {
+                let bytes = io.new_input(&path)?.read().await?;
+                let options = ArrowReaderOptions::new().with_schema(schema);
+                let reader = ParquetRecordBatchReaderBuilder::try_new_with_options(bytes, options)
+                    .and_then(|b| b.with_batch_size(8192).build())
+                    .map_err(|e| {
+                        LakeError::new(ErrorKind::Invalid, format!("cannot read {path}"))
+                            .with_source(e)
+                    })?;
+                let batches: Vec<LakeResult<RecordBatch>> = reader
+                    .map(|b| {
+                        b.map_err(|e| {
+                            LakeError::new(ErrorKind::Invalid, "cannot decode a data file")
+                                .with_source(e)
+                        })
+                    })
+                    .collect();
+                LakeResult::Ok(futures::stream::iter(batches))
+            }
+        });
+        return Ok(files.try_flatten().boxed());
+    }
+    let inputs: HashSet<String> = group
+        .data_files
+        .iter()
+        .map(|f| f.file_path().to_string())
+        .collect();
     let iceberg_table = table.to_table()?;
     let scan = iceberg_table
         .scan()
@@ -202,27 +249,54 @@ async fn rewrite_group(
         .await?;
     let reader =
         ArrowReaderBuilder::new(table.io.clone(), iceberg::Runtime::try_current()?).build();
-    let mut stream = reader
+    let stream = reader
         .read(Box::pin(futures::stream::iter(tasks.into_iter().map(Ok))))?
         .stream();
     // The reader's batches lack the field-id metadata the writer matches columns by.
-    let schema = Arc::new(schema_to_arrow_schema(table.metadata.current_schema())?);
-    let options = WriterOptions {
-        target_file_size: usize::try_from(settings.target_file_size).unwrap_or(usize::MAX),
-        ..settings.writer.clone()
-    };
-    let mut writer = DataWriter::data(table, &options)?;
-    while let Some(batch) = stream.try_next().await? {
-        let batch =
-            RecordBatch::try_new(schema.clone(), batch.columns().to_vec()).map_err(|e| {
+    Ok(stream
+        .map(move |batch| {
+            RecordBatch::try_new(schema.clone(), batch?.columns().to_vec()).map_err(|e| {
                 LakeError::new(
                     ErrorKind::Invalid,
                     "rows read back do not match the table schema",
                 )
                 .with_source(e)
-            })?;
-        writer.write(&batch).await?;
+            })
+        })
+        .boxed())
+}
+
+/// Reads a group's rows as of the starting snapshot, deletes applied, and writes them anew.
+async fn rewrite_group(
+    table: &LoadedTable,
+    start: i64,
+    group: &PartitionGroup,
+    settings: &CompactionSettings,
+) -> LakeResult<Vec<DataFile>> {
+    let schema = Arc::new(schema_to_arrow_schema(table.metadata.current_schema())?);
+    let mut stream = read_group(table, start, group, schema).await?;
+    // Reading (and decoding) runs on its own task, so it overlaps encoding on another core.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    let reading = tokio::spawn(async move {
+        while let Some(batch) = stream.next().await {
+            if tx.send(batch).await.is_err() {
+                break;
+            }
+        }
+    });
+    // Files like the table's writers write them (their settings are table properties).
+    let options = WriterOptions {
+        target_file_size: usize::try_from(settings.target_file_size).unwrap_or(usize::MAX),
+        file_prefix: "compact".to_string(),
+        ..WriterOptions::from_table_properties(table.metadata.properties())
+    };
+    let mut writer = DataWriter::data(table, &options)?;
+    while let Some(batch) = rx.recv().await {
+        writer.write(&batch?).await?;
     }
+    reading.await.map_err(|e| {
+        LakeError::new(ErrorKind::Invalid, "the compaction reader failed").with_source(e)
+    })?;
     writer.close().await
 }
 
@@ -267,6 +341,17 @@ pub async fn compact(
             Err(error) => return Err(error),
         }
         progress(&report);
+    }
+    if report.groups_committed > 0 {
+        // The rewrites left manifests full of DELETED entries that every reader skips, one
+        // per input manifest: merge them.
+        let merge = RewriteManifests {
+            min_manifests: 2,
+            ..RewriteManifests::default()
+        };
+        report.manifests_merged = commit_operation(client, ident, &merge, &RetryPolicy::default())
+            .await?
+            .is_some();
     }
     Ok(report)
 }

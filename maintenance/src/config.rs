@@ -399,7 +399,6 @@ impl MaintenanceConfig {
                         "max_mb_per_run",
                         16384,
                     ) * MIB,
-                    ..CompactionSettings::default()
                 };
                 schedule.map(|schedule| Scheduled { schedule, task })
             });

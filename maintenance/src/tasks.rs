@@ -118,13 +118,18 @@ pub async fn run_task(
             .await?;
             Ok(TaskReport {
                 summary: format!(
-                    "compact {table}: rewrote {} data files ({} bytes) into {}, removed {} delete files, {} partitions committed, {} conflicted",
+                    "compact {table}: rewrote {} data files ({} bytes) into {}, removed {} delete files, {} partitions committed, {} conflicted{}",
                     report.files_rewritten,
                     report.bytes_rewritten,
                     report.files_written,
                     report.delete_files_removed,
                     report.groups_committed,
-                    report.groups_conflicted
+                    report.groups_conflicted,
+                    if report.manifests_merged {
+                        ", manifests merged"
+                    } else {
+                        ""
+                    }
                 ),
                 files_rewritten: report.files_rewritten as u64,
                 bytes_rewritten: report.bytes_rewritten,

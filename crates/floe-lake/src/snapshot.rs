@@ -119,6 +119,11 @@ pub(crate) fn check_contents(
     Ok(())
 }
 
+/// Whether the manifest list says `manifest` holds only DELETED entries.
+fn holds_no_live_file(manifest: &ManifestFile) -> bool {
+    manifest.added_files_count == Some(0) && manifest.existing_files_count == Some(0)
+}
+
 /// Reads the manifests of the current snapshot of `main` (none for an empty table).
 pub async fn current_manifests(table: &LoadedTable) -> LakeResult<Vec<ManifestFile>> {
     let Some(snapshot) = table.metadata.snapshot_for_ref("main") else {
@@ -219,7 +224,14 @@ pub async fn prepare_row_delta(table: &LoadedTable, delta: &Delta) -> LakeResult
         written.push(path);
         manifests.push(writer.write_manifest_file().await?);
     }
-    manifests.extend(current_manifests(table).await?);
+    // A manifest with no live file (every entry DELETED, e.g. by a compaction) has nothing
+    // for later snapshots: readers would only skip its entries.
+    manifests.extend(
+        current_manifests(table)
+            .await?
+            .into_iter()
+            .filter(|m| !holds_no_live_file(m)),
+    );
 
     let operation = match (delta.data_files.is_empty(), delta.delete_files.is_empty()) {
         (_, true) => Operation::Append,

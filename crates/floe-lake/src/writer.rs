@@ -79,8 +79,70 @@ impl Default for WriterOptions {
     }
 }
 
+/// Iceberg's table property for the zstd level.
+const PROP_ZSTD_LEVEL: &str = "write.parquet.compression-level";
+/// Iceberg's table property for the codec (Floe writes zstd).
+const PROP_CODEC: &str = "write.parquet.compression-codec";
+/// Iceberg's table property prefix enabling a column's bloom filter.
+const PROP_BLOOM: &str = "write.parquet.bloom-filter-enabled.column.";
+/// Iceberg's table property for the target data file size.
+const PROP_TARGET_SIZE: &str = "write.target-file-size-bytes";
+/// Floe's table property listing the columns written without dictionary encoding.
+const PROP_PLAIN: &str = "floe.write.parquet.plain-columns";
+
 impl WriterOptions {
-    fn parquet_properties(&self) -> LakeResult<WriterProperties> {
+    /// The table properties recording these settings (Iceberg's where it has one), so that
+    /// other writers of the table — compaction above all — write files alike.
+    pub fn to_table_properties(&self) -> std::collections::BTreeMap<String, String> {
+        let mut out = std::collections::BTreeMap::from([
+            (PROP_CODEC.to_string(), "zstd".to_string()),
+            (PROP_ZSTD_LEVEL.to_string(), self.zstd_level.to_string()),
+            (
+                PROP_TARGET_SIZE.to_string(),
+                self.target_file_size.to_string(),
+            ),
+        ]);
+        for column in &self.bloom_filter_columns {
+            out.insert(format!("{PROP_BLOOM}{column}"), "true".to_string());
+        }
+        if !self.plain_columns.is_empty() {
+            out.insert(PROP_PLAIN.to_string(), self.plain_columns.join(","));
+        }
+        out
+    }
+
+    /// The settings a table's properties ask for; defaults where they say nothing.
+    pub fn from_table_properties(properties: &std::collections::HashMap<String, String>) -> Self {
+        let mut options = Self::default();
+        if let Some(level) = properties.get(PROP_ZSTD_LEVEL).and_then(|v| v.parse().ok()) {
+            options.zstd_level = level;
+        }
+        if let Some(size) = properties
+            .get(PROP_TARGET_SIZE)
+            .and_then(|v| v.parse().ok())
+        {
+            options.target_file_size = size;
+        }
+        let mut bloom: Vec<String> = properties
+            .iter()
+            .filter(|(_, v)| v.eq_ignore_ascii_case("true"))
+            .filter_map(|(k, _)| k.strip_prefix(PROP_BLOOM).map(str::to_string))
+            .collect();
+        bloom.sort();
+        options.bloom_filter_columns = bloom;
+        if let Some(plain) = properties.get(PROP_PLAIN) {
+            options.plain_columns = plain
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_string)
+                .collect();
+        }
+        options
+    }
+
+    /// The Parquet writer properties of these settings.
+    pub fn parquet_properties(&self) -> LakeResult<WriterProperties> {
         let level = ZstdLevel::try_new(self.zstd_level).map_err(|e| {
             LakeError::new(
                 ErrorKind::Invalid,
@@ -471,4 +533,28 @@ pub async fn write_position_deletes(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_survive_the_table_properties() {
+        let options = WriterOptions {
+            target_file_size: 64 << 20,
+            zstd_level: 1,
+            bloom_filter_columns: vec!["trace_id".into(), "span_id".into()],
+            plain_columns: vec!["ts".into(), "trace_id".into()],
+            ..WriterOptions::default()
+        };
+        let properties = options.to_table_properties().into_iter().collect();
+        let back = WriterOptions::from_table_properties(&properties);
+        assert_eq!(back.target_file_size, 64 << 20);
+        assert_eq!(back.zstd_level, 1);
+        assert_eq!(back.bloom_filter_columns, ["span_id", "trace_id"]);
+        assert_eq!(back.plain_columns, ["ts", "trace_id"]);
+        let defaults = WriterOptions::from_table_properties(&Default::default());
+        assert_eq!(defaults.zstd_level, WriterOptions::default().zstd_level);
+    }
 }

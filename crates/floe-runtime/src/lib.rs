@@ -7,7 +7,7 @@ pub mod deadletter;
 pub mod job;
 pub mod metrics;
 pub mod run;
-mod tables;
+pub mod tables;
 mod writers;
 
 pub use job::JobConfig;

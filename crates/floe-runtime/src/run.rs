@@ -136,7 +136,9 @@ impl<S: Source, F: Format> Job<S, F> {
             column: "ts".into(),
             transform: iceberg::spec::Transform::Day,
         }];
-        let no_properties = BTreeMap::new();
+        // A table's writer settings are recorded in its properties (when it is created), so
+        // compaction writes files alike.
+        let dead_letter_options = options(128 * 1024 * 1024, &[], &[]);
         let anchor = ensure_table(
             &client,
             &namespace,
@@ -144,15 +146,11 @@ impl<S: Source, F: Format> Job<S, F> {
                 name: &config.dead_letter_table,
                 schema: &dead_letter_schema,
                 partition: &dead_letter_partition,
-                properties: &no_properties,
+                properties: &dead_letter_options.to_table_properties(),
             },
         )
         .await?;
-        targets.push(Target::new(
-            DEAD_LETTER,
-            anchor,
-            options(128 * 1024 * 1024, &[], &[]),
-        )?);
+        targets.push(Target::new(DEAD_LETTER, anchor, dead_letter_options)?);
         for spec in format.tables() {
             let table_config = config
                 .tables
@@ -161,6 +159,13 @@ impl<S: Source, F: Format> Job<S, F> {
                 .ok_or_else(|| {
                     LakeError::new(ErrorKind::Invalid, format!("no settings for {}", spec.key))
                 })?;
+            let writer_options = options(
+                table_config.target_file_size,
+                spec.bloom_filter_columns,
+                spec.plain_columns,
+            );
+            let mut properties = writer_options.to_table_properties();
+            properties.extend(table_config.properties.clone());
             let table = ensure_table(
                 &client,
                 &namespace,
@@ -168,19 +173,11 @@ impl<S: Source, F: Format> Job<S, F> {
                     name: &table_config.name,
                     schema: &spec.schema,
                     partition: &table_config.partition,
-                    properties: &table_config.properties,
+                    properties: &properties,
                 },
             )
             .await?;
-            targets.push(Target::new(
-                spec.key,
-                table,
-                options(
-                    table_config.target_file_size,
-                    spec.bloom_filter_columns,
-                    spec.plain_columns,
-                ),
-            )?);
+            targets.push(Target::new(spec.key, table, writer_options)?);
         }
         Ok(Self {
             writer_id: uuid::Uuid::now_v7().to_string(),

@@ -24,15 +24,19 @@ use crate::job::PartitionField;
 
 /// What a table should look like.
 #[derive(Debug, Clone)]
-pub(crate) struct Wanted<'a> {
-    pub(crate) name: &'a str,
-    pub(crate) schema: &'a Schema,
-    pub(crate) partition: &'a [PartitionField],
-    pub(crate) properties: &'a BTreeMap<String, String>,
+pub struct Wanted<'a> {
+    /// Table name within the namespace.
+    pub name: &'a str,
+    /// Columns (field ids are the catalog's once created).
+    pub schema: &'a Schema,
+    /// Partition fields of a new table.
+    pub partition: &'a [PartitionField],
+    /// Properties of a new table.
+    pub properties: &'a BTreeMap<String, String>,
 }
 
 /// Loads the table, creating it if missing and adding the columns it lacks.
-pub(crate) async fn ensure_table(
+pub async fn ensure_table(
     client: &CatalogClient,
     namespace: &str,
     wanted: &Wanted<'_>,
@@ -207,7 +211,7 @@ fn renumber(ty: &Type, next_id: &mut i32) -> Type {
 }
 
 /// `batch` with the table's columns, in the table's order and types (by name; absent → null).
-pub(crate) fn conform(batch: &RecordBatch, target: &SchemaRef) -> LakeResult<RecordBatch> {
+pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> LakeResult<RecordBatch> {
     let columns: Vec<ArrayRef> = target
         .fields()
         .iter()

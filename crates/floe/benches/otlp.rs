@@ -19,7 +19,7 @@
 //! is read from `/proc` too, to compare spans per core-second.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
+mod common;
+
+use common::{cpu_seconds, peak_rss_mib, release_bin, start_catalog};
+
 // The allocator the `floe` binary uses, so (b) measures the same code.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -46,50 +50,6 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const SPANS_PER_RECORD: usize = 1000;
 const PARTITIONS: i32 = 2;
 
-fn release_bin(name: &str) -> PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../target")
-            .display()
-            .to_string()
-    });
-    PathBuf::from(target).join("release").join(name)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn peak_rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
-/// User + system CPU seconds of a process so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let fields: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
-            let ticks: f64 =
-                fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-            Some(ticks / 100.0)
-        })
-        .unwrap_or(0.0)
-}
-
-/// Total records of a table's current snapshot.
 async fn total_records(client: &CatalogClient, namespace: &str, table: &str) -> u64 {
     let ident = iceberg::TableIdent::from_strs([namespace, table]).unwrap();
     client
@@ -106,42 +66,6 @@ async fn total_records(client: &CatalogClient, namespace: &str, table: &str) -> 
         })
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
-}
-
-struct Catalog {
-    process: Child,
-    uri: String,
-}
-
-impl Drop for Catalog {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
-}
-
-fn start_catalog(dir: &Path) -> Catalog {
-    let port = free_port();
-    let process = Command::new(release_bin("floe-catalog"))
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--warehouse",
-            &dir.join("warehouse").display().to_string(),
-            "--store",
-            &format!("sqlite://{}", dir.join("catalog.db").display()),
-        ])
-        .env("RUST_LOG", "warn")
-        .spawn()
-        .expect("cargo build --release -p floe-catalog first");
-    let uri = format!("http://127.0.0.1:{port}");
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Catalog { process, uri }
 }
 
 async fn committed(client: &CatalogClient, job: &str) -> floe_core::Positions {

@@ -1,0 +1,88 @@
+//! What the benchmark harnesses share: release binaries, free ports, process CPU and memory
+//! from `/proc`, and a release floe-catalog on a local warehouse.
+
+#![allow(dead_code)] // each harness uses a part
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+pub(crate) fn release_bin(name: &str) -> PathBuf {
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../target")
+            .display()
+            .to_string()
+    });
+    PathBuf::from(target).join("release").join(name)
+}
+
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub(crate) fn peak_rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// User + system CPU seconds of a process so far.
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let fields: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+            let ticks: f64 =
+                fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+            Some(ticks / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+/// Total records of a table's current snapshot.
+pub(crate) struct Catalog {
+    pub(crate) process: Child,
+    pub(crate) uri: String,
+}
+
+impl Drop for Catalog {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+pub(crate) fn start_catalog(dir: &Path) -> Catalog {
+    let port = free_port();
+    let process = Command::new(release_bin("floe-catalog"))
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--warehouse",
+            &dir.join("warehouse").display().to_string(),
+            "--store",
+            &format!("sqlite://{}", dir.join("catalog.db").display()),
+        ])
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("cargo build --release -p floe-catalog first");
+    let uri = format!("http://127.0.0.1:{port}");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Catalog { process, uri }
+}
