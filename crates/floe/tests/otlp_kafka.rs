@@ -3,7 +3,9 @@
 //! every produced span and log record exactly once, and every bad record in the dead-letter
 //! table — with the job's local state directory deleted at every other restart. The same with
 //! two replicas of the job in one consumer group, one of them killed and
-//! restarted (rebalances both ways).
+//! restarted (rebalances both ways). And with floe-maintenance compacting and expiring every
+//! table of the job (the dead-letter anchor included) while it commits, the job killed right
+//! after each expiry.
 //!
 //! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`); skipped
 //! without them unless `FLOE_REQUIRE_SERVICES=1`. `FLOE_CHAOS_KILLS` sets the number of kills
@@ -410,6 +412,71 @@ async fn two_replicas_share_the_partitions_and_survive_a_kill() {
     eprintln!(
         "replicas: {rounds} rounds, {writers} writers committed, {} spans, {} logs — exactly once",
         f.produced.spans, f.produced.logs
+    );
+    f.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_and_expiry_while_the_job_commits_and_dies_lose_nothing() {
+    let Some(mut f) = Fixture::new("otlp-maintenance").await else {
+        return;
+    };
+    // Expire everything but the newest snapshot (and what recovery needs), compact anything.
+    let config = floe_maintenance::config::MaintenanceConfig::from_toml(
+        None,
+        &format!(
+            "version = 1\n[catalog]\nuri = \"{}\"\n[[policy]]\ntables = \"chaos.*\"\n\
+             [policy.compact]\nschedule = \"* * * * * *\"\nmin_input_files = 2\n\
+             [policy.expire]\nschedule = \"* * * * * *\"\nolder_than = \"1ms\"\nretain_last = 1\n",
+            f.catalog.uri()
+        ),
+    )
+    .unwrap();
+    let rounds = (kills() / 3).max(5);
+    let job = f.job("0");
+    let mut child = spawn_floe(&job, &f.log());
+    let mut rng = rand::rng();
+    let (mut compacted, mut expired) = (0, 0);
+    for round in 0..rounds as u64 {
+        f.produce_round(round).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(1000..2500))).await;
+        for table in ["otel_spans", "otel_logs", "floe_dead_letters"] {
+            let ident = iceberg::TableIdent::from_strs(["chaos", table]).unwrap();
+            let policy = config.policy_for(&format!("chaos.{table}"));
+            for task in [
+                floe_maintenance::tasks::Task::Compact,
+                floe_maintenance::tasks::Task::Expire,
+            ] {
+                let report = floe_maintenance::tasks::run_task(
+                    &f.client,
+                    &ident,
+                    policy,
+                    task,
+                    false,
+                    &|_| {},
+                )
+                .await
+                .unwrap();
+                compacted += report.files_rewritten;
+                expired += report.snapshots_expired;
+            }
+        }
+        // Right after the expiry: recovery must still find the job's positions.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        child = spawn_floe(&job, &f.log());
+    }
+    f.produce_round(rounds as u64).await;
+    f.wait_caught_up().await;
+    terminate(child);
+    f.verify().await;
+    assert!(
+        compacted > 0 && expired > 0,
+        "{compacted} files compacted, {expired} snapshots expired"
+    );
+    eprintln!(
+        "maintenance: {rounds} kills after expiry, {compacted} files compacted, {expired} snapshots expired, {} spans — exactly once",
+        f.produced.spans
     );
     f.finish().await;
 }
