@@ -1,7 +1,8 @@
 //! The maintenance config file (`maintenance/maintenance.toml` is the example): the catalog,
 //! and policies — per table or table glob — each with a cron `schedule` and the parameters of
 //! its tasks. Parsed into raw structs that refuse unknown fields, validated with every problem
-//! at its file:line:col, built into a typed [`MaintenanceConfig`].
+//! at its file:line:col, built into a typed [`MaintenanceConfig`]. The catalog's settings and
+//! the metrics address take `${VAR}` and `${VAR:-default}` from the environment.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -38,7 +39,7 @@ struct RawDaemon {
     /// Tasks running at once, on different tables (default 2).
     concurrency: Option<Spanned<i64>>,
     /// Address of the Prometheus `/metrics` endpoint (default: none).
-    metrics_listen: Option<String>,
+    metrics_listen: Option<Spanned<String>>,
     /// The table holding the daemons' leases and last runs (default floe_maintenance.state).
     state_table: Option<Spanned<String>>,
     /// How long a lease lasts unless renewed (default 5m).
@@ -55,11 +56,11 @@ struct RawCatalog {
     /// REST catalog URI.
     uri: Spanned<String>,
     /// Warehouse name sent to the catalog.
-    warehouse: Option<String>,
+    warehouse: Option<Spanned<String>>,
     /// Bearer token (or FLOE_CATALOG_TOKEN).
-    token: Option<String>,
+    token: Option<Spanned<String>>,
     /// OAuth2 `id:secret` (or FLOE_CATALOG_CREDENTIAL).
-    credential: Option<String>,
+    credential: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -255,6 +256,18 @@ impl Checker<'_> {
         }
     }
 
+    /// A string value with `${VAR}` / `${VAR:-default}` replaced from the environment.
+    fn text(&mut self, value: &Spanned<String>) -> String {
+        match floe_config::interpolate(value.get_ref()) {
+            Ok(v) => v,
+            Err(e) => {
+                self.problems
+                    .push(self.source.problem(Some(value.span()), e));
+                value.get_ref().clone()
+            }
+        }
+    }
+
     fn duration(
         &mut self,
         value: Option<&Spanned<String>>,
@@ -314,25 +327,28 @@ impl MaintenanceConfig {
             problems: Vec::new(),
         };
         floe_config::check_version(source, raw.version.as_ref(), &mut c.problems);
-        if url::Url::parse(raw.catalog.uri.get_ref()).is_err() {
+        let uri = c.text(&raw.catalog.uri);
+        if url::Url::parse(&uri).is_err() {
             c.problems.push(source.problem(
                 Some(raw.catalog.uri.span()),
-                format!("catalog uri {:?} is not a URL", raw.catalog.uri.get_ref()),
+                format!("catalog uri {uri:?} is not a URL"),
             ));
         }
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let catalog = CatalogSettings {
-            uri: raw.catalog.uri.get_ref().clone(),
-            warehouse: raw.catalog.warehouse.clone(),
+            uri,
+            warehouse: raw.catalog.warehouse.as_ref().map(|v| c.text(v)),
             token: raw
                 .catalog
                 .token
-                .clone()
+                .as_ref()
+                .map(|v| c.text(v))
                 .or_else(|| env("FLOE_CATALOG_TOKEN")),
             credential: raw
                 .catalog
                 .credential
-                .clone()
+                .as_ref()
+                .map(|v| c.text(v))
                 .or_else(|| env("FLOE_CATALOG_CREDENTIAL")),
             ..CatalogSettings::default()
         };
@@ -343,7 +359,7 @@ impl MaintenanceConfig {
                 "concurrency",
                 daemon.concurrency as i64,
             ) as usize;
-            daemon.metrics_listen = d.metrics_listen.clone();
+            daemon.metrics_listen = d.metrics_listen.as_ref().map(|v| c.text(v));
             if let Some(name) = &d.state_table {
                 match crate::state::table_ident(name.get_ref()) {
                     Some(ident) => daemon.state_table = ident,
