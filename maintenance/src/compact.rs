@@ -1,7 +1,7 @@
 //! Compaction: bin-pack a table's small files per partition and apply its deletes.
 //!
 //! Planning reads the live files of one snapshot (the starting snapshot) and picks, per
-//! partition of the default spec:
+//! partition of the default spec that is sealed (no file committed to it for `sealed_after`):
 //! * every data file of a partition that has at least `delete_file_threshold` delete files —
 //!   its rows are rewritten with the deletes applied and those delete files leave the table;
 //! * otherwise the files smaller than the target, once there are `min_input_files` of them.
@@ -42,6 +42,9 @@ pub struct CompactionSettings {
     pub delete_file_threshold: usize,
     /// Stop planning groups past this many input bytes in one run.
     pub max_bytes_per_run: u64,
+    /// Only partitions that received no file for this long (zero: every partition), so the
+    /// partition a stream is still writing is left alone until it is sealed.
+    pub sealed_after: std::time::Duration,
 }
 
 impl Default for CompactionSettings {
@@ -51,6 +54,7 @@ impl Default for CompactionSettings {
             min_input_files: 5,
             delete_file_threshold: 1,
             max_bytes_per_run: 16 * 1024 * 1024 * 1024,
+            sealed_after: std::time::Duration::ZERO,
         }
     }
 }
@@ -111,6 +115,8 @@ struct PartitionFiles {
     partition: Option<Struct>,
     data: Vec<DataFile>,
     deletes: Vec<DataFile>,
+    /// When the newest of its live files was committed (ms; 0 if no snapshot says).
+    newest_ms: i64,
 }
 
 /// Plans a compaction of the table's current snapshot.
@@ -136,6 +142,11 @@ pub async fn plan_compaction(
                 .or_default();
             slot.partition
                 .get_or_insert_with(|| file.partition().clone());
+            let committed_ms = entry
+                .snapshot_id()
+                .and_then(|id| table.metadata.snapshot_by_id(id))
+                .map_or(0, |s| s.timestamp_ms());
+            slot.newest_ms = slot.newest_ms.max(committed_ms);
             match file.content_type() {
                 DataContentType::Data => slot.data.push(file.clone()),
                 _ => slot.deletes.push(file.clone()),
@@ -143,9 +154,11 @@ pub async fn plan_compaction(
         }
     }
     let mut groups = Vec::new();
+    let sealed_before = crate::state::now_ms()
+        - i64::try_from(settings.sealed_after.as_millis()).unwrap_or(i64::MAX);
     for (_, files) in partitions {
         let partition = files.partition.unwrap_or_else(Struct::empty);
-        if files.data.is_empty() {
+        if files.data.is_empty() || files.newest_ms > sealed_before {
             continue;
         }
         if files.deletes.len() >= settings.delete_file_threshold.max(1) {

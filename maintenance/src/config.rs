@@ -87,6 +87,8 @@ struct RawCompact {
     delete_file_threshold: Option<Spanned<i64>>,
     /// Input budget of one run in MiB (default 16384).
     max_mb_per_run: Option<Spanned<i64>>,
+    /// Only partitions that received no file for this long, e.g. `1h` (default: all).
+    sealed_after: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -415,6 +417,10 @@ impl MaintenanceConfig {
                         "max_mb_per_run",
                         16384,
                     ) * MIB,
+                    sealed_after: match &r.sealed_after {
+                        Some(v) => c.duration(Some(v), "sealed_after", Duration::ZERO),
+                        None => Duration::ZERO,
+                    },
                 };
                 schedule.map(|schedule| Scheduled { schedule, task })
             });

@@ -36,20 +36,30 @@ async fn compact_one_backend(backend: &support::common::Backend) {
     let s3 = h.config.warehouse.starts_with("s3://");
     let client = support::client(&h, &h.catalog.uri()).await;
     let (ident, _) = create_table(&client, "compact", "small").await;
-    // 40 commits of 3 rows in both regions: 80 small files in 2 partitions, then upserts
-    // and deletes by key in one partition.
+    // 40 commits of 3 rows in both regions: 80 small files in 2 partitions, then 10 CDC-style
+    // commits that upsert two keys and delete two more by key (equality deletes).
     support::append_in_commits(&client, &ident, 1, 40, 3).await;
-    let table = client.load_table(&ident).await.unwrap();
-    let upsert = Delta {
-        data_files: write_data(&table, &[5, 7], 2.0).await,
-        delete_files: write_equality_deletes(&table, &[5, 7, 9, 11]).await,
-        ..Delta::default()
-    };
-    let before = commit(&client, &ident, upsert).await;
+    let mut before = client.load_table(&ident).await.unwrap();
+    for k in 0..10 {
+        let base = 5 + 10 * k;
+        let upsert = Delta {
+            data_files: write_data(&before, &[base, base + 2], 2.0).await,
+            delete_files: write_equality_deletes(&before, &[base, base + 2, base + 4, base + 6])
+                .await,
+            ..Delta::default()
+        };
+        before = commit(&client, &ident, upsert).await;
+    }
     let rows_before = scan(&before).await;
-    assert_eq!(rows_before.len(), 118);
+    assert_eq!(rows_before.len(), 100);
     let (data_before, deletes_before) = counts(&before).await;
-    assert!(data_before >= 80 && deletes_before > 0);
+    assert!(data_before >= 80 && deletes_before >= 10);
+    // Partitions written just now are not sealed yet.
+    let sealed = CompactionSettings {
+        sealed_after: std::time::Duration::from_secs(3600),
+        ..CompactionSettings::default()
+    };
+    assert!(plan_compaction(&before, &sealed).await.unwrap().is_none());
 
     let settings = CompactionSettings::default();
     let plan = plan_compaction(&before, &settings)
