@@ -294,7 +294,7 @@ impl Daemon {
         let policy = self.config.policy_for(name);
         let result = tokio::select! {
             r = run_task(&self.client, ident, policy, task, false, &|_| {}) => Some(r),
-            () = self.keep_lease(name) => None,
+            () = self.state.hold(name) => None,
         };
         self.metrics.running.dec();
         let seconds = started.elapsed().as_secs_f64();
@@ -329,20 +329,6 @@ impl Daemon {
             tracing::warn!(table = %name, %error, "could not record the run and give back the lease");
         }
         outcome
-    }
-
-    /// Renews the lease on `name` every third of its lifetime; returns only if it was lost.
-    async fn keep_lease(&self, name: &str) {
-        let every = self.config.daemon.lease_ttl / 3;
-        loop {
-            tokio::time::sleep(every).await;
-            match self.state.renew(name).await {
-                Ok(true) => {}
-                Ok(false) => return,
-                // The catalog is unreachable: keep working; the lease lasts a while yet.
-                Err(error) => tracing::warn!(table = %name, %error, "could not renew the lease"),
-            }
-        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The `floe-maintenance` command: the daemon (`--config FILE`), one task on one table now
-//! (`run-once`), or what that task would change (`plan`).
+//! (`run-once`, under the table's lease like a daemon's run), or what that task would change
+//! (`plan`).
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -7,10 +8,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use floe_lake::rest::CatalogClient;
+use floe_lake::{ErrorKind, LakeError};
 use floe_maintenance::config::MaintenanceConfig;
 use floe_maintenance::daemon::Daemon;
 use floe_maintenance::metrics::DaemonMetrics;
-use floe_maintenance::state::table_ident;
+use floe_maintenance::state::{StateTable, daemon_name, now_ms, table_ident};
 use floe_maintenance::tasks::{CompactionProgress, Task, run_task};
 use tokio_util::sync::CancellationToken;
 
@@ -96,21 +98,64 @@ async fn task_once(config: &MaintenanceConfig, args: &TaskArgs, dry_run: bool) -
         return ExitCode::from(2);
     };
     let tty = std::io::stderr().is_terminal();
+    let task: Task = args.task.into();
     let result = async {
         let client = CatalogClient::connect(config.catalog.clone()).await?;
-        run_task(
-            &client,
-            &table,
-            config.policy_for(&args.table),
-            args.task.into(),
-            dry_run,
-            &|p| {
-                if tty {
-                    draw_progress(p);
-                }
-            },
+        let run = |client: CatalogClient| async move {
+            run_task(
+                &client,
+                &table,
+                config.policy_for(&args.table),
+                task,
+                dry_run,
+                &|p| {
+                    if tty {
+                        draw_progress(p);
+                    }
+                },
+            )
+            .await
+        };
+        if dry_run {
+            return run(client).await;
+        }
+        // A change takes the table's lease, like a daemon's run: never two tasks at once.
+        let state = StateTable::open(
+            client.clone(),
+            config.daemon.state_table.clone(),
+            daemon_name(),
+            config.daemon.lease_ttl,
         )
-        .await
+        .await?;
+        if state.acquire(&args.table).await?.is_none() {
+            let holder = state
+                .read()
+                .await?
+                .leases
+                .get(&args.table)
+                .map(|l| l.owner.clone())
+                .unwrap_or_default();
+            return Err(LakeError::new(
+                ErrorKind::Conflict,
+                format!(
+                    "{} is being maintained by {holder}; try again when it is done",
+                    args.table
+                ),
+            ));
+        }
+        let started = now_ms();
+        let result = tokio::select! {
+            r = run(client) => r,
+            () = state.hold(&args.table) => Err(LakeError::new(
+                ErrorKind::Conflict,
+                format!("lost the lease on {} to another daemon; stopped", args.table),
+            )),
+        };
+        let ran = result.is_ok().then(|| (task.to_string(), started));
+        state
+            .release(&args.table, ran.as_ref().map(|(t, at)| (t.as_str(), *at)))
+            .await?;
+        result
     }
     .await;
     match result {

@@ -265,6 +265,21 @@ impl StateTable {
         Ok(self.acquire(table).await?.is_some())
     }
 
+    /// Renews the lease on `table` every third of its lifetime; returns only when it was lost
+    /// (it lapsed and another daemon took it). Race it against the work the lease guards.
+    pub async fn hold(&self, table: &str) {
+        let every = self.ttl / 3;
+        loop {
+            tokio::time::sleep(every).await;
+            match self.renew(table).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                // The catalog is unreachable: keep working; the lease lasts a while yet.
+                Err(error) => tracing::warn!(%table, %error, "could not renew the lease"),
+            }
+        }
+    }
+
     /// Gives up the lease on `table`, recording that `task` started on it at `started_ms` when
     /// given.
     pub async fn release(&self, table: &str, ran: Option<(&str, i64)>) -> LakeResult<()> {

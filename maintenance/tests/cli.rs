@@ -98,6 +98,33 @@ async fn plan_and_run_once_as_a_user_would() {
     assert_eq!(code, 0);
     assert!(out.contains("would remove 0 files"), "{out}");
 
+    // A table another daemon is working on is left alone: run-once says who holds it.
+    let other = floe_maintenance::state::StateTable::open(
+        client.clone(),
+        iceberg::TableIdent::from_strs(["floe_maintenance", "state"]).unwrap(),
+        "daemon-elsewhere".into(),
+        std::time::Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    assert!(other.acquire("ops.events").await.unwrap().is_some());
+    let (code, _, err) = task("run-once", config, "compact");
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("ops.events is being maintained by daemon-elsewhere"),
+        "{err}"
+    );
+    other.release("ops.events", None).await.unwrap();
+    let (code, _, err) = task("run-once", config, "compact");
+    assert_eq!(code, 0, "{err}");
+    let state = other.read().await.unwrap();
+    assert!(state.leases.is_empty());
+    assert!(
+        state
+            .last_runs
+            .contains_key(&("ops.events".to_string(), "compact".to_string()))
+    );
+
     // A bad config is refused with its position, before anything runs.
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, "version = 1\n[catalog]\nuri = \"http://127.0.0.1:1\"\n[[policy]]\ntables = \"ops.*\"\n[policy.compact]\nschedule = \"sometimes\"\n").unwrap();
