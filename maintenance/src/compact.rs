@@ -45,6 +45,9 @@ pub struct CompactionSettings {
     /// Only partitions that received no file for this long (zero: every partition), so the
     /// partition a stream is still writing is left alone until it is sealed.
     pub sealed_after: std::time::Duration,
+    /// Sort the rewritten rows by these columns (`"name"` or `"name DESC"`, nulls last), in
+    /// runs of about the target file size; empty: keep the read order.
+    pub sort_by: Vec<String>,
 }
 
 impl Default for CompactionSettings {
@@ -55,6 +58,7 @@ impl Default for CompactionSettings {
             delete_file_threshold: 1,
             max_bytes_per_run: 16 * 1024 * 1024 * 1024,
             sealed_after: std::time::Duration::ZERO,
+            sort_by: Vec::new(),
         }
     }
 }
@@ -287,7 +291,7 @@ async fn rewrite_group(
     settings: &CompactionSettings,
 ) -> LakeResult<Vec<DataFile>> {
     let schema = Arc::new(schema_to_arrow_schema(table.metadata.current_schema())?);
-    let mut stream = read_group(table, start, group, schema).await?;
+    let mut stream = read_group(table, start, group, schema.clone()).await?;
     // Reading (and decoding) runs on its own task, so it overlaps encoding on another core.
     let (tx, mut rx) = tokio::sync::mpsc::channel(4);
     let reading = tokio::spawn(async move {
@@ -304,13 +308,86 @@ async fn rewrite_group(
         ..WriterOptions::from_table_properties(table.metadata.properties())
     };
     let mut writer = DataWriter::data(table, &options)?;
+    let order = sort_columns(&settings.sort_by, &schema)?;
+    let mut run: Vec<RecordBatch> = Vec::new();
+    let mut run_bytes = 0usize;
     while let Some(batch) = rx.recv().await {
-        writer.write(&batch?).await?;
+        let batch = batch?;
+        if order.is_empty() {
+            writer.write(&batch).await?;
+            continue;
+        }
+        run_bytes += batch.get_array_memory_size();
+        run.push(batch);
+        if run_bytes >= options.target_file_size {
+            writer.write(&sorted(&schema, &order, &run)?).await?;
+            run.clear();
+            run_bytes = 0;
+        }
+    }
+    if !run.is_empty() {
+        writer.write(&sorted(&schema, &order, &run)?).await?;
     }
     reading.await.map_err(|e| {
         LakeError::new(ErrorKind::Invalid, "the compaction reader failed").with_source(e)
     })?;
     writer.close().await
+}
+
+/// The column indexes and directions of `sort_by` (`"name"` or `"name DESC"`).
+fn sort_columns(
+    sort_by: &[String],
+    schema: &arrow_schema::SchemaRef,
+) -> LakeResult<Vec<(usize, arrow_schema::SortOptions)>> {
+    sort_by
+        .iter()
+        .map(|spec| {
+            let mut words = spec.split_whitespace();
+            let name = words.next().unwrap_or_default();
+            let descending = match words.next().map(str::to_ascii_uppercase).as_deref() {
+                None | Some("ASC") => false,
+                Some("DESC") => true,
+                Some(other) => {
+                    return Err(LakeError::new(
+                        ErrorKind::Invalid,
+                        format!("sort_by {spec:?}: {other:?} is neither ASC nor DESC"),
+                    ));
+                }
+            };
+            let index = schema.index_of(name).map_err(|_| {
+                LakeError::new(
+                    ErrorKind::Invalid,
+                    format!("sort_by names {name:?}, which the table does not have"),
+                )
+            })?;
+            Ok((
+                index,
+                arrow_schema::SortOptions {
+                    descending,
+                    nulls_first: false,
+                },
+            ))
+        })
+        .collect()
+}
+
+/// One sorted batch of `run`.
+fn sorted(
+    schema: &arrow_schema::SchemaRef,
+    order: &[(usize, arrow_schema::SortOptions)],
+    run: &[RecordBatch],
+) -> LakeResult<RecordBatch> {
+    let sort_error = |e| LakeError::new(ErrorKind::Invalid, "cannot sort rows").with_source(e);
+    let batch = arrow_select::concat::concat_batches(schema, run).map_err(sort_error)?;
+    let columns: Vec<arrow_ord::sort::SortColumn> = order
+        .iter()
+        .map(|(index, options)| arrow_ord::sort::SortColumn {
+            values: batch.column(*index).clone(),
+            options: Some(*options),
+        })
+        .collect();
+    let indices = arrow_ord::sort::lexsort_to_indices(&columns, None).map_err(sort_error)?;
+    arrow_select::take::take_record_batch(&batch, &indices).map_err(sort_error)
 }
 
 /// Runs a plan: one validated rewrite per group; a group that conflicts is skipped (its new

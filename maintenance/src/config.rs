@@ -89,6 +89,9 @@ struct RawCompact {
     max_mb_per_run: Option<Spanned<i64>>,
     /// Only partitions that received no file for this long, e.g. `1h` (default: all).
     sealed_after: Option<Spanned<String>>,
+    /// Sort rewritten rows by these columns, `"name"` or `"name DESC"` (default: no sort).
+    #[serde(default)]
+    sort_by: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -417,6 +420,7 @@ impl MaintenanceConfig {
                         "max_mb_per_run",
                         16384,
                     ) * MIB,
+                    sort_by: r.sort_by.clone(),
                     sealed_after: match &r.sealed_after {
                         Some(v) => c.duration(Some(v), "sealed_after", Duration::ZERO),
                         None => Duration::ZERO,

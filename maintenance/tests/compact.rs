@@ -61,7 +61,11 @@ async fn compact_one_backend(backend: &support::common::Backend) {
     };
     assert!(plan_compaction(&before, &sealed).await.unwrap().is_none());
 
-    let settings = CompactionSettings::default();
+    // Rows come out sorted by the configured order.
+    let settings = CompactionSettings {
+        sort_by: vec!["id DESC".into()],
+        ..CompactionSettings::default()
+    };
     let plan = plan_compaction(&before, &settings)
         .await
         .unwrap()
@@ -84,6 +88,32 @@ async fn compact_one_backend(backend: &support::common::Backend) {
         backend.label
     );
     assert_eq!(report.delete_files_removed, deletes_before);
+    for file in live_files(&after).await.0 {
+        let bytes = after
+            .io
+            .new_input(file.file_path())
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        let mut ids = Vec::new();
+        for batch in
+            parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(bytes, 1024).unwrap()
+        {
+            let batch = batch.unwrap();
+            let column = batch.column_by_name("id").unwrap();
+            let column = column
+                .as_any()
+                .downcast_ref::<arrow_array::Int64Array>()
+                .unwrap();
+            ids.extend(column.values().iter().copied());
+        }
+        assert!(
+            ids.windows(2).all(|w| w[0] >= w[1]),
+            "[{}] not sorted by id DESC: {ids:?}",
+            backend.label
+        );
+    }
     // Nothing left to do.
     assert!(plan_compaction(&after, &settings).await.unwrap().is_none());
     h.catalog.stop().await.unwrap();
