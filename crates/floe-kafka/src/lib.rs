@@ -119,6 +119,10 @@ impl KafkaSource {
             // Prefetch at most 32 MiB (librdkafka's default is 64 MiB): part of the job's
             // memory bound. A job file may raise it.
             .set("queued.max.messages.kbytes", "32768")
+            // Up to 8 MiB per partition per fetch (librdkafka's default is 1 MiB): OTLP records
+            // of a whole Collector batch are large, and one round trip per few records leaves
+            // the decoder waiting on a busy machine.
+            .set("max.partition.fetch.bytes", "8388608")
             // Statistics carry the consumer lag per partition (a job file may change it).
             .set("statistics.interval.ms", "5000");
         for (key, value) in &settings.properties {
@@ -223,9 +227,18 @@ impl Source for KafkaSource {
         timeout: Duration,
     ) -> Result<Polled, SourceError> {
         let deadline = tokio::time::Instant::now() + timeout;
+        let first = out.len();
         let mut bytes = 0;
         while out.len() < limit.records && bytes < limit.bytes {
-            let message = match tokio::time::timeout_at(deadline, self.consumer.recv()).await {
+            // Wait (up to the timeout) for the first record only; after it, take what librdkafka
+            // has already fetched and return, so decoding never idles while records wait.
+            // (`timeout_at` polls the receive before looking at the clock.)
+            let until = if out.len() == first {
+                deadline
+            } else {
+                tokio::time::Instant::now()
+            };
+            let message = match tokio::time::timeout_at(until, self.consumer.recv()).await {
                 Err(_) => break,
                 Ok(Err(e)) => {
                     // Transient broker errors are retried by librdkafka; report and go on.
