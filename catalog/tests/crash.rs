@@ -8,16 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Backend, append_commit, backends, main_ancestry};
+use common::{Backend, append_commit, backends, free_port, main_ancestry};
 use serde_json::{Value, json};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn spawn(backend: &Backend, name: &str, port: u16) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_floe-catalog"));

@@ -5,8 +5,6 @@
 #[path = "../../crates/floe-lake/tests/support/mod.rs"]
 mod support;
 
-use floe_lake::commit::RetryPolicy;
-use floe_lake::marker::CommitMarker;
 use floe_lake::rest::LoadedTable;
 use floe_lake::snapshot::Delta;
 use floe_maintenance::compact::{CompactionSettings, compact, plan_compaction};
@@ -89,25 +87,7 @@ async fn compact_one_backend(backend: &support::common::Backend) {
     );
     assert_eq!(report.delete_files_removed, deletes_before);
     for file in live_files(&after).await.0 {
-        let bytes = after
-            .io
-            .new_input(file.file_path())
-            .unwrap()
-            .read()
-            .await
-            .unwrap();
-        let mut ids = Vec::new();
-        for batch in
-            parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(bytes, 1024).unwrap()
-        {
-            let batch = batch.unwrap();
-            let column = batch.column_by_name("id").unwrap();
-            let column = column
-                .as_any()
-                .downcast_ref::<arrow_array::Int64Array>()
-                .unwrap();
-            ids.extend(column.values().iter().copied());
-        }
+        let ids = support::file_ids(&after, &file).await;
         assert!(
             ids.windows(2).all(|w| w[0] >= w[1]),
             "[{}] not sorted by id DESC: {ids:?}",
@@ -153,20 +133,7 @@ async fn compaction_rounds_racing_a_writer_lose_and_resurrect_nothing() {
                 }
                 // A checkpoint interval (short, but long enough for rewrites to land between).
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                let marker = CommitMarker {
-                    job_id: "writer".into(),
-                    writer: None,
-                    checkpoint_id: checkpoint,
-                    positions: Default::default(),
-                };
-                floe_lake::commit::commit_checkpoint(
-                    &client,
-                    &marker,
-                    &[(ident.clone(), delta)],
-                    &RetryPolicy::default(),
-                )
-                .await
-                .unwrap();
+                support::commit_as_writer(&client, &ident, checkpoint, delta).await;
             }
             model
         })

@@ -9,20 +9,10 @@ mod support;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use floe_lake::commit::{RetryPolicy, commit_checkpoint};
-use floe_lake::marker::CommitMarker;
 use floe_lake::snapshot::Delta;
 use floe_maintenance::state::StateTable;
-use support::common::{Harness, backends};
+use support::common::{Harness, backends, free_port};
 use support::{check, create_table, live_files, scan};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn start_daemon(config: &std::path::Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_floe-maintenance"))
@@ -116,21 +106,8 @@ async fn two_daemons_share_the_schedules_while_a_writer_commits_and_stop_on_sigt
             data_files: support::write_data(&table, &[next * 2, next * 2 + 1], 1.0).await,
             ..Delta::default()
         };
-        let marker = CommitMarker {
-            job_id: "writer".into(),
-            writer: None,
-            checkpoint_id: next as u64,
-            positions: Default::default(),
-        };
         // Retries on the daemons' commits as a job does.
-        commit_checkpoint(
-            &client,
-            &marker,
-            &[(ident.clone(), delta)],
-            &RetryPolicy::default(),
-        )
-        .await
-        .unwrap();
+        support::commit_as_writer(&client, &ident, next as u64, delta).await;
         next += 1;
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

@@ -46,6 +46,15 @@ fn unique(tag: &str) -> String {
     format!("{tag}{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
 }
 
+/// A TCP port free on loopback right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Every backend this run can reach.
 pub fn backends() -> Vec<Backend> {
     let tmp = std::env::temp_dir().join(unique("floe-cat-"));

@@ -25,8 +25,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::{cpu_seconds, release_bin, start_catalog};
-use floe_core::{Format, SourceRecord};
+use common::{cpu_seconds, decode_traces, release_bin, start_catalog};
+use floe_core::Format;
 use floe_lake::commit::{RetryPolicy, commit_checkpoint};
 use floe_lake::marker::CommitMarker;
 use floe_lake::rest::{CatalogClient, CatalogSettings, LoadedTable};
@@ -142,27 +142,17 @@ async fn main() {
     .unwrap();
 
     // 1. The spans, decoded as the job decodes them.
-    let mut format = OtlpFormat::new(Default::default());
     let mut generator = Generator::new(11, 1_700_000_000_000_000_000);
-    let topic: Arc<str> = Arc::from("otlp_spans");
+    let payloads: Vec<Vec<u8>> = (0..spans.div_ceil(1000))
+        .map(|_| generator.requests(200)[0].bytes.clone())
+        .collect();
     let mut batches = Vec::new();
-    for offset in 0..spans.div_ceil(1000) {
-        let [traces, _] = generator.requests(200);
-        let record = SourceRecord {
-            topic: topic.clone(),
-            partition: 0,
-            offset: offset as i64,
-            payload: traces.bytes,
-        };
-        format.append(&record, 0).unwrap();
-        if format.buffered_rows() >= 64 * 1024 {
-            batches.extend(format.take().into_iter().map(|(_, b)| b));
-        }
-    }
-    batches.extend(format.take().into_iter().map(|(_, b)| b));
+    decode_traces(&payloads, |taken| {
+        batches.extend(taken.into_iter().map(|(_, b)| b))
+    });
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
 
-    let spec = format
+    let spec = OtlpFormat::new(Default::default())
         .tables()
         .into_iter()
         .find(|t| t.key == "spans")

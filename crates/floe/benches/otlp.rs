@@ -23,13 +23,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floe_core::{Format, SourceRecord, position_of};
+use floe_core::position_of;
 use floe_lake::marker::newest_marker;
 use floe_lake::rest::{CatalogClient, CatalogSettings};
-use floe_otlp::OtlpFormat;
 use floe_otlp::generate::Generator;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
@@ -44,7 +42,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 mod common;
 
-use common::{cpu_seconds, peak_rss_mib, release_bin, start_catalog};
+use common::{cpu_seconds, decode_traces, peak_rss_mib, release_bin, start_catalog};
 
 // The allocator the `floe` binary uses, so (b) measures the same code.
 #[global_allocator]
@@ -209,8 +207,6 @@ async fn main() {
 
     // (b) decode + Parquet encode in memory.
     let began = Instant::now();
-    let mut format = OtlpFormat::new(Default::default());
-    let topic_name: Arc<str> = Arc::from("otlp_spans");
     // The settings floe run writes the spans table with.
     let mut props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap()))
@@ -233,19 +229,7 @@ async fn main() {
         }
         encode_time += began.elapsed();
     };
-    for (offset, payload) in payloads.iter().enumerate() {
-        let record = SourceRecord {
-            topic: topic_name.clone(),
-            partition: 0,
-            offset: offset as i64,
-            payload: payload.clone(),
-        };
-        format.append(&record, 0).unwrap();
-        if format.buffered_rows() >= 64 * 1024 {
-            encode(format.take());
-        }
-    }
-    encode(format.take());
+    decode_traces(&payloads, &mut encode);
     let decode_encode = spans as f64 / began.elapsed().as_secs_f64();
     let encode_share = encode_time.as_secs_f64() / began.elapsed().as_secs_f64();
 

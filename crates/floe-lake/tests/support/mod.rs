@@ -140,35 +140,38 @@ pub async fn write_equality_deletes(table: &LoadedTable, ids: &[i64]) -> Vec<Dat
     writer.close().await.unwrap()
 }
 
+/// The `id` column of one data file, in file order.
+pub async fn file_ids(table: &LoadedTable, file: &DataFile) -> Vec<i64> {
+    let bytes = table
+        .io
+        .new_input(file.file_path())
+        .unwrap()
+        .read()
+        .await
+        .unwrap();
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    for batch in reader {
+        let batch = batch.unwrap();
+        let ids = batch
+            .column_by_name("id")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        out.extend(ids.values().iter().copied());
+    }
+    out
+}
+
 /// The file holding `id` among `files`, and its row position there.
 pub async fn locate(table: &LoadedTable, files: &[DataFile], id: i64) -> (DataFile, i64) {
     for file in files {
-        let bytes = table
-            .io
-            .new_input(file.file_path())
-            .unwrap()
-            .read()
-            .await
-            .unwrap();
-        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-            .unwrap()
-            .build()
-            .unwrap();
-        let mut position = 0i64;
-        for batch in reader {
-            let batch = batch.unwrap();
-            let ids = batch
-                .column_by_name("id")
-                .unwrap()
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .unwrap();
-            for value in ids.values() {
-                if *value == id {
-                    return (file.clone(), position);
-                }
-                position += 1;
-            }
+        if let Some(position) = file_ids(table, file).await.iter().position(|v| *v == id) {
+            return (file.clone(), position as i64);
         }
     }
     panic!("id {id} is in none of the files");
@@ -337,6 +340,30 @@ pub async fn append_in_commits(
         )
         .await;
     }
+}
+
+/// Commits `delta` as checkpoint `checkpoint` of the job `writer`, retrying on conflicts with
+/// other writers (maintenance) as a job does.
+pub async fn commit_as_writer(
+    client: &CatalogClient,
+    ident: &TableIdent,
+    checkpoint: u64,
+    delta: Delta,
+) {
+    let marker = floe_lake::marker::CommitMarker {
+        job_id: "writer".into(),
+        writer: None,
+        checkpoint_id: checkpoint,
+        positions: Default::default(),
+    };
+    floe_lake::commit::commit_checkpoint(
+        client,
+        &marker,
+        &[(ident.clone(), delta)],
+        &floe_lake::commit::RetryPolicy::default(),
+    )
+    .await
+    .unwrap();
 }
 
 /// Position-delete files removing the row of `id` found in `files`.

@@ -4,6 +4,10 @@
 #![allow(dead_code)] // each harness uses a part
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use floe_core::{Format, SourceRecord};
+use floe_otlp::OtlpFormat;
 use std::process::{Child, Command};
 use std::time::Duration;
 
@@ -85,4 +89,27 @@ pub(crate) fn start_catalog(dir: &Path) -> Catalog {
         std::thread::sleep(Duration::from_millis(50));
     }
     Catalog { process, uri }
+}
+
+/// Decodes OTLP trace payloads as the job does (one `otlp_spans` record each), handing the
+/// format's batches to `sink` every 64k rows and at the end.
+pub(crate) fn decode_traces(
+    payloads: &[Vec<u8>],
+    mut sink: impl FnMut(Vec<(&'static str, arrow_array::RecordBatch)>),
+) {
+    let mut format = OtlpFormat::new(Default::default());
+    let topic: Arc<str> = Arc::from("otlp_spans");
+    for (offset, payload) in payloads.iter().enumerate() {
+        let record = SourceRecord {
+            topic: topic.clone(),
+            partition: 0,
+            offset: offset as i64,
+            payload: payload.clone(),
+        };
+        format.append(&record, 0).unwrap();
+        if format.buffered_rows() >= 64 * 1024 {
+            sink(format.take());
+        }
+    }
+    sink(format.take());
 }
