@@ -19,17 +19,18 @@
 //! `FLOE_BENCH_KEEP=1` keeps the warehouse (its path is printed) for a closer look.
 
 mod common;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::{cpu_seconds, decode_traces, release_bin, start_catalog};
+use common::{connect, cpu_seconds, decode_traces, release_bin, start_catalog};
 use floe_core::Format;
 use floe_lake::commit::{RetryPolicy, commit_checkpoint};
 use floe_lake::marker::CommitMarker;
-use floe_lake::rest::{CatalogClient, CatalogSettings, LoadedTable};
+use floe_lake::rest::{CatalogClient, LoadedTable};
 use floe_lake::snapshot::{Delta, current_manifests};
 use floe_lake::writer::{DataWriter, WriterOptions};
 use floe_otlp::OtlpFormat;
@@ -81,8 +82,7 @@ struct Duck {
     group_seconds: f64,
 }
 
-fn duckdb(python: &str, metadata: &str) -> Duck {
-    let helpers = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/services/python");
+fn duckdb(metadata: &str) -> Duck {
     let script = format!(
         "import json, statistics, time, duckdb_offline\n\
          con = duckdb_offline.connect()\n\
@@ -97,17 +97,7 @@ fn duckdb(python: &str, metadata: &str) -> Duck {
          g = timed(f'SELECT service_name, span_name, count(*), avg(duration_ns) FROM {{src}} GROUP BY ALL')\n\
          print(json.dumps([count, str(checksum), c, g]))"
     );
-    let out = Command::new(python)
-        .args(["-c", &script])
-        .env("PYTHONPATH", helpers)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "DuckDB failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = support::python(&script);
     let last = stdout.lines().last().unwrap_or_default();
     let v: serde_json::Value = serde_json::from_str(last)
         .unwrap_or_else(|e| panic!("unreadable DuckDB answer {stdout:?}: {e}"));
@@ -125,21 +115,16 @@ fn local(path: &str) -> &str {
 
 #[tokio::main]
 async fn main() {
-    let Ok(python) = std::env::var("FLOE_TEST_PYTHON") else {
+    if std::env::var_os("FLOE_TEST_PYTHON").is_none() {
         eprintln!("compaction bench: needs FLOE_TEST_PYTHON (tests/services/up)");
         return;
-    };
+    }
     let files = env_usize("FLOE_BENCH_FILES", 2000);
     let spans = env_usize("FLOE_BENCH_COMPACT_SPANS", 1_000_000);
     let dir = std::env::temp_dir().join(format!("floe-bench-compact-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     let catalog = start_catalog(&dir);
-    let client = CatalogClient::connect(CatalogSettings {
-        uri: catalog.uri.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let client = connect(&catalog).await;
 
     // 1. The spans, decoded as the job decodes them.
     let mut generator = Generator::new(11, 1_700_000_000_000_000_000);
@@ -219,7 +204,7 @@ async fn main() {
     );
 
     // 2. DuckDB before.
-    let duck_before = duckdb(&python, before.metadata_location.as_deref().unwrap());
+    let duck_before = duckdb(before.metadata_location.as_deref().unwrap());
     assert_eq!(duck_before.count as usize, rows);
 
     // 3. The baseline: bare arrow-rs, read every file and rewrite into 128 MiB files with the
@@ -302,7 +287,7 @@ async fn main() {
     // 5. DuckDB after, and the files.
     let after = client.load_table(&ident).await.unwrap();
     let (data_after, deletes_after, _) = live(&after).await;
-    let duck_after = duckdb(&python, after.metadata_location.as_deref().unwrap());
+    let duck_after = duckdb(after.metadata_location.as_deref().unwrap());
     assert_eq!(
         (duck_after.count, &duck_after.checksum),
         (duck_before.count, &duck_before.checksum),

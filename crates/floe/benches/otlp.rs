@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use floe_core::position_of;
 use floe_lake::marker::newest_marker;
-use floe_lake::rest::{CatalogClient, CatalogSettings};
+use floe_lake::rest::CatalogClient;
 use floe_otlp::generate::Generator;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
@@ -42,7 +42,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 mod common;
 
-use common::{cpu_seconds, decode_traces, peak_rss_mib, release_bin, start_catalog};
+use common::{connect, cpu_seconds, decode_traces, peak_rss_mib, release_bin, start_catalog};
 
 // The allocator the `floe` binary uses, so (b) measures the same code.
 #[global_allocator]
@@ -235,12 +235,7 @@ async fn main() {
 
     // (c) the full job.
     let catalog = start_catalog(&dir);
-    let client = CatalogClient::connect(CatalogSettings {
-        uri: catalog.uri.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let client = connect(&catalog).await;
     let job = job_file(&dir, "floe", &brokers, &topic, &catalog.uri);
     let began = Instant::now();
     let mut child = Command::new(release_bin("floe"))

@@ -91,6 +91,16 @@ pub(crate) fn start_catalog(dir: &Path) -> Catalog {
     Catalog { process, uri }
 }
 
+/// A client of a catalog started by [`start_catalog`].
+pub(crate) async fn connect(catalog: &Catalog) -> floe_lake::rest::CatalogClient {
+    floe_lake::rest::CatalogClient::connect(floe_lake::rest::CatalogSettings {
+        uri: catalog.uri.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
 /// Decodes OTLP trace payloads as the job does (one `otlp_spans` record each), handing the
 /// format's batches to `sink` every 64k rows and at the end.
 pub(crate) fn decode_traces(
