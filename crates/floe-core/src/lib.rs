@@ -140,3 +140,74 @@ pub trait Format: Send {
     /// The appended rows per table key; the format starts empty again.
     fn take(&mut self) -> Vec<(&'static str, RecordBatch)>;
 }
+
+/// A source table a [`ChangeSource`] follows, as an Iceberg table.
+#[derive(Debug, Clone)]
+pub struct ChangeTable {
+    /// The source's name for it (`schema.table`).
+    pub source_name: String,
+    /// The Iceberg table name.
+    pub name: String,
+    /// Its current columns; the identifier fields are the key.
+    pub schema: iceberg::spec::Schema,
+    /// The key columns.
+    pub key: Vec<String>,
+}
+
+/// The collapsed changes of one table since the last [`ChangeSource::take`].
+#[derive(Debug, Clone)]
+pub struct TableChanges {
+    /// Index into [`ChangeSource::tables`].
+    pub table: usize,
+    /// The table was emptied before these changes.
+    pub truncate: bool,
+    /// Key columns of rows that may exist in data committed earlier and are deleted or
+    /// replaced (the equality deletes).
+    pub deletes: Option<RecordBatch>,
+    /// The final image of every key still present (the new data).
+    pub rows: Option<RecordBatch>,
+}
+
+/// Where a [`ChangeSource`] starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeStart {
+    /// Nothing was committed: the source first copies every table
+    /// ([`ChangeSource::snapshot_batch`]), then streams from the copy's position.
+    Snapshot,
+    /// Streaming resumes after the committed positions.
+    Stream,
+}
+
+/// A source of row changes (database change data capture): an optional initial copy of every
+/// table, then changes buffered whole transactions at a time and handed over collapsed per
+/// key at a checkpoint.
+pub trait ChangeSource: Send {
+    /// The tables followed, in a fixed order (a table's schema may gain columns over time).
+    fn tables(&self) -> Vec<ChangeTable>;
+
+    /// Prepares to read. `committed` holds the positions of the newest commit of the job on
+    /// each table (same order as [`tables`](Self::tables)); all `None` on a first start.
+    fn begin(
+        &mut self,
+        committed: &[Option<Positions>],
+    ) -> impl Future<Output = Result<ChangeStart, SourceError>> + Send;
+
+    /// The next batch of the initial copy (`None` once every table is copied).
+    fn snapshot_batch(
+        &mut self,
+    ) -> impl Future<Output = Result<Option<(usize, RecordBatch)>, SourceError>> + Send;
+
+    /// Reads changes into the buffer for up to `timeout`, returning at a transaction boundary.
+    fn poll(&mut self, timeout: Duration) -> impl Future<Output = Result<(), SourceError>> + Send;
+
+    /// Bytes of changes buffered.
+    fn buffered_bytes(&self) -> usize;
+
+    /// The buffered changes, collapsed per key, and the positions they reach; the buffer is
+    /// empty afterwards. After the snapshot this returns no changes and the snapshot's
+    /// position.
+    fn take(&mut self) -> Result<(Vec<TableChanges>, Positions), SourceError>;
+
+    /// `positions` are committed durably: upstream may let go of what precedes them.
+    fn acknowledge(&mut self, positions: &Positions);
+}

@@ -36,6 +36,8 @@ pub struct Delta {
     pub delete_files: Vec<DataFile>,
     /// Extra snapshot-summary properties (commit markers).
     pub properties: HashMap<String, String>,
+    /// Remove every file the table holds before adding these (a SQL `TRUNCATE`).
+    pub truncate: bool,
 }
 
 /// A snapshot whose files are written and whose commit is ready to send.
@@ -226,14 +228,42 @@ pub async fn prepare_row_delta(table: &LoadedTable, delta: &Delta) -> LakeResult
     }
     // A manifest with no live file (every entry DELETED, e.g. by a compaction) has nothing
     // for later snapshots: readers would only skip its entries.
-    manifests.extend(
-        current_manifests(table)
-            .await?
-            .into_iter()
-            .filter(|m| !holds_no_live_file(m)),
-    );
+    let base = current_manifests(table)
+        .await?
+        .into_iter()
+        .filter(|m| !holds_no_live_file(m));
+    if delta.truncate {
+        // Every live file of the base leaves the table: each manifest is rewritten with its
+        // live entries marked DELETED (later snapshots drop the manifest).
+        for (index, manifest) in base.enumerate() {
+            let spec = metadata
+                .partition_spec_by_id(manifest.partition_spec_id)
+                .ok_or_else(|| {
+                    LakeError::new(
+                        ErrorKind::Invalid,
+                        format!(
+                            "{} has no partition spec {}",
+                            table.ident, manifest.partition_spec_id
+                        ),
+                    )
+                })?;
+            let deletes = manifest.content == iceberg::spec::ManifestContentType::Deletes;
+            let path = format!("{metadata_dir}/{commit_uuid}-t{index}.avro");
+            let mut writer = manifest_writer(table, &path, snapshot_id, spec, deletes)?;
+            for entry in manifest.load_manifest(&table.io).await?.entries() {
+                if entry.is_alive() {
+                    carry_entry(&mut writer, entry, true)?;
+                }
+            }
+            written.push(path);
+            manifests.push(writer.write_manifest_file().await?);
+        }
+    } else {
+        manifests.extend(base);
+    }
 
     let operation = match (delta.data_files.is_empty(), delta.delete_files.is_empty()) {
+        _ if delta.truncate => Operation::Overwrite,
         (_, true) => Operation::Append,
         (true, false) => Operation::Delete,
         (false, false) => Operation::Overwrite,

@@ -9,6 +9,7 @@
 //! | s3 | equality delete id=3 | 1 4 5 |
 //! | s4 | equality delete id=4 and a new row 4 in the same snapshot | 1 4(new) 5 |
 //! | s5 | insert 6 and 7 and a position delete of 6 in the same snapshot | 1 4 5 7 |
+//! | s6 | truncate (every file removed) and a new row 8 in the same snapshot | 8 |
 
 mod support;
 
@@ -113,6 +114,7 @@ async fn delete_conformance_scenario() {
                 data_files: data,
                 delete_files: deletes,
                 properties: marker(4).to_properties(),
+                truncate: false,
             },
         )
         .await;
@@ -128,6 +130,7 @@ async fn delete_conformance_scenario() {
                 data_files: data,
                 delete_files: deletes,
                 properties: marker(5).to_properties(),
+                truncate: false,
             },
         )
         .await;
@@ -139,9 +142,25 @@ async fn delete_conformance_scenario() {
         )
         .await;
 
+        // s6: TRUNCATE, then insert 8 in the same commit: data and delete files of the past
+        // leave the table, the new row stays.
+        let data = write_data(&table, &[8], 4.0).await;
+        let table = commit(
+            &client,
+            &ident,
+            Delta {
+                data_files: data,
+                delete_files: Vec::new(),
+                properties: marker(6).to_properties(),
+                truncate: true,
+            },
+        )
+        .await;
+        check(&table, s3, &[(8, 4.0)], "s6 truncate + insert").await;
+
         // The newest marker of the job is found again, with its positions.
         let found = newest_marker(&table.metadata, "golden").unwrap();
-        assert_eq!(found.marker, marker(5));
+        assert_eq!(found.marker, marker(6));
         assert_eq!(
             Some(found.snapshot_id),
             table.metadata.current_snapshot_id()

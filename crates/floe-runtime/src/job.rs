@@ -66,6 +66,24 @@ struct RawJob {
 struct RawSource {
     kafka: Option<RawKafka>,
     generator: Option<RawGenerator>,
+    postgres: Option<RawPostgres>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPostgres {
+    host: Option<S>,
+    port: Option<Spanned<i64>>,
+    user: Option<S>,
+    password: Option<S>,
+    database: Option<S>,
+    ssl_mode: Option<S>,
+    ssl_root_cert: Option<S>,
+    publication: Option<S>,
+    slot: Option<S>,
+    tables: Option<Vec<S>>,
+    snapshot_parallelism: Option<Spanned<i64>>,
+    replica_identity_full: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -166,11 +184,42 @@ pub struct GeneratorConfig {
     pub seed: u64,
 }
 
+/// `[source.postgres]`: a publication followed through a logical replication slot.
+#[derive(Debug, Clone)]
+pub struct PostgresSourceConfig {
+    /// Host name or Unix socket directory.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// User (with the REPLICATION attribute).
+    pub user: String,
+    /// Password.
+    pub password: String,
+    /// Database.
+    pub database: String,
+    /// `disable`, `require`, `verify-ca` or `verify-full`.
+    pub ssl_mode: String,
+    /// CA file for `verify-ca` / `verify-full`.
+    pub ssl_root_cert: Option<PathBuf>,
+    /// Publication (created if missing).
+    pub publication: String,
+    /// Replication slot (created if missing).
+    pub slot: String,
+    /// Tables of a publication to create (`schema.table`); empty: all tables.
+    pub tables: Vec<String>,
+    /// Sessions copying tables in parallel during the initial snapshot.
+    pub snapshot_parallelism: usize,
+    /// Let Floe set `REPLICA IDENTITY FULL` where unchanged TOASTed values need it.
+    pub replica_identity_full: bool,
+}
+
 /// The source of a job.
 #[derive(Debug, Clone)]
 pub enum SourceConfig {
     /// Kafka topics.
     Kafka(KafkaSourceConfig),
+    /// Postgres logical replication.
+    Postgres(PostgresSourceConfig),
     /// The built-in generator.
     Generator(GeneratorConfig),
 }
@@ -388,22 +437,30 @@ impl JobConfig {
             None => {
                 c.problems.push(source.problem(
                     None,
-                    "a [source.kafka] or [source.generator] section is required",
+                    "a [source.kafka], [source.postgres] or [source.generator] section is required",
                 ));
                 None
             }
-            Some(spanned) => match (&spanned.get_ref().kafka, &spanned.get_ref().generator) {
-                (Some(k), None) => Some(SourceConfig::Kafka(kafka(&mut c, k, &name))),
-                (None, Some(g)) => Some(SourceConfig::Generator(generator(&mut c, g))),
-                _ => {
-                    c.problems.push(source.problem(
-                        Some(spanned.span()),
-                        "give exactly one of [source.kafka] and [source.generator]",
-                    ));
-                    None
+            Some(spanned) => {
+                let r = spanned.get_ref();
+                match (&r.kafka, &r.generator, &r.postgres) {
+                    (Some(k), None, None) => Some(SourceConfig::Kafka(kafka(&mut c, k, &name))),
+                    (None, Some(g), None) => Some(SourceConfig::Generator(generator(&mut c, g))),
+                    (None, None, Some(p)) => {
+                        Some(SourceConfig::Postgres(postgres(&mut c, p, &name)))
+                    }
+                    _ => {
+                        c.problems.push(source.problem(
+                            Some(spanned.span()),
+                            "give exactly one of [source.kafka], [source.postgres] and \
+                             [source.generator]",
+                        ));
+                        None
+                    }
                 }
-            },
+            }
         };
+        let change_source = matches!(job_source, Some(SourceConfig::Postgres(_)));
 
         let catalog = match &raw.catalog {
             None => {
@@ -463,7 +520,14 @@ impl JobConfig {
             .unwrap_or_else(|| PathBuf::from(format!(".floe/{name}")));
 
         for key in raw.tables.keys() {
-            if !tables.iter().any(|t| t.key == key.get_ref()) {
+            if change_source {
+                if !key.get_ref().contains('.') {
+                    c.at(
+                        key,
+                        "a CDC table is named `schema.table`, e.g. [tables.\"public.orders\"]",
+                    );
+                }
+            } else if !tables.iter().any(|t| t.key == key.get_ref()) {
                 let known: Vec<&str> = tables.iter().map(|t| t.key).collect();
                 c.at(
                     key,
@@ -475,7 +539,42 @@ impl JobConfig {
             }
         }
         let mut table_configs = Vec::new();
-        for spec in tables {
+        if change_source {
+            // The source's tables are known once it connects; these settings apply by name.
+            for (key, t) in &raw.tables {
+                let partition = t
+                    .partition
+                    .iter()
+                    .flatten()
+                    .filter_map(|f| match parse_partition_field(&c.text(f)) {
+                        Ok(p) => Some(p),
+                        Err(message) => {
+                            c.at(f, message);
+                            None
+                        }
+                    })
+                    .collect();
+                let properties = t
+                    .properties
+                    .iter()
+                    .map(|(k, v)| (k.clone(), c.text(v)))
+                    .collect();
+                let default_name = key
+                    .get_ref()
+                    .rsplit('.')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                table_configs.push(TableConfig {
+                    key: key.get_ref().clone(),
+                    name: c.opt(t.name.as_ref()).unwrap_or(default_name),
+                    partition,
+                    target_file_size: c.bytes(t.target_file_size.as_ref(), 128 * 1024 * 1024),
+                    properties,
+                });
+            }
+        }
+        for spec in tables.iter().filter(|_| !change_source) {
             let raw_table = raw
                 .tables
                 .iter()
@@ -543,6 +642,74 @@ impl JobConfig {
             dead_letter_table,
             metrics_listen,
         })
+    }
+}
+
+fn postgres(c: &mut Check<'_>, p: &RawPostgres, job: &str) -> PostgresSourceConfig {
+    let port = match &p.port {
+        Some(port) => match u16::try_from(*port.get_ref()) {
+            Ok(v) if v > 0 => v,
+            _ => {
+                c.problems
+                    .push(c.source.problem(Some(port.span()), "a port is 1 to 65535"));
+                5432
+            }
+        },
+        None => 5432,
+    };
+    let ssl_mode = c
+        .opt(p.ssl_mode.as_ref())
+        .unwrap_or_else(|| "disable".into());
+    if !["disable", "require", "verify-ca", "verify-full"].contains(&ssl_mode.as_str())
+        && let Some(raw) = &p.ssl_mode
+    {
+        c.at(
+            raw,
+            "ssl_mode is one of \"disable\", \"require\", \"verify-ca\", \"verify-full\"",
+        );
+    }
+    let slot = c
+        .opt(p.slot.as_ref())
+        .unwrap_or_else(|| format!("floe_{}", job.replace(['-', '.'], "_")));
+    if !slot
+        .chars()
+        .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_')
+        && let Some(raw) = &p.slot
+    {
+        c.at(
+            raw,
+            "a replication slot name is lower-case letters, digits and '_'",
+        );
+    }
+    let tables: Vec<String> = p.tables.iter().flatten().map(|t| c.text(t)).collect();
+    let snapshot_parallelism = match &p.snapshot_parallelism {
+        Some(n) if *n.get_ref() >= 1 && *n.get_ref() <= 64 => *n.get_ref() as usize,
+        Some(n) => {
+            c.problems.push(
+                c.source
+                    .problem(Some(n.span()), "snapshot_parallelism is 1 to 64"),
+            );
+            1
+        }
+        None => 2,
+    };
+    PostgresSourceConfig {
+        host: c.opt(p.host.as_ref()).unwrap_or_else(|| "localhost".into()),
+        port,
+        user: c.opt(p.user.as_ref()).unwrap_or_else(|| "postgres".into()),
+        password: c.opt(p.password.as_ref()).unwrap_or_default(),
+        database: c
+            .opt(p.database.as_ref())
+            .unwrap_or_else(|| "postgres".into()),
+        ssl_mode,
+        ssl_root_cert: c.opt(p.ssl_root_cert.as_ref()).map(PathBuf::from),
+        publication: c
+            .opt(p.publication.as_ref())
+            .unwrap_or_else(|| format!("floe_{}", job.replace(['-', '.'], "_"))),
+        slot,
+        tables,
+        snapshot_parallelism,
+        replica_identity_full: p.replica_identity_full.unwrap_or(false),
     }
 }
 

@@ -3,6 +3,7 @@
 //! [`run`] for the protocol). It names no concrete source or format; the `floe` binary wires
 //! them from the job file ([`job`]).
 
+pub mod cdc;
 pub mod deadletter;
 pub mod job;
 pub mod metrics;
@@ -10,6 +11,7 @@ pub mod run;
 pub mod tables;
 mod writers;
 
+pub use cdc::ChangeJob;
 pub use job::JobConfig;
 pub use metrics::JobMetrics;
 pub use run::{Job, RunSummary};

@@ -13,12 +13,13 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
+use floe_cdc::postgres::{PostgresConfig, PostgresSource, SslMode};
 use floe_core::Format;
 use floe_kafka::{KafkaSettings, KafkaSource};
 use floe_lake::rest::{CatalogClient, CatalogSettings};
 use floe_otlp::{GeneratorSource, OtlpFormat, Signal};
 use floe_runtime::job::SourceConfig;
-use floe_runtime::{Job, JobConfig, JobMetrics, RunSummary};
+use floe_runtime::{ChangeJob, Job, JobConfig, JobMetrics, RunSummary};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -165,11 +166,51 @@ async fn run(config: JobConfig) -> anyhow::Result<RunSummary> {
                 .run(shutdown)
                 .await?
         }
+        SourceConfig::Postgres(p) => {
+            let source = PostgresSource::connect(postgres_config(&config, p)?).await?;
+            ChangeJob::open(config, client, source, metrics)
+                .await?
+                .run(shutdown)
+                .await?
+        }
     };
     if let Some(running) = embedded {
         running.stop().await?;
     }
     Ok(summary)
+}
+
+/// The source settings of a Postgres job, with the job's table names.
+fn postgres_config(
+    job: &JobConfig,
+    p: floe_runtime::job::PostgresSourceConfig,
+) -> anyhow::Result<PostgresConfig> {
+    let ssl_mode = match p.ssl_mode.as_str() {
+        "disable" => SslMode::Disable,
+        "require" => SslMode::Require,
+        "verify-ca" => SslMode::VerifyCa,
+        "verify-full" => SslMode::VerifyFull,
+        other => bail!("unknown ssl_mode {other}"),
+    };
+    Ok(PostgresConfig {
+        host: p.host,
+        port: p.port,
+        user: p.user,
+        password: p.password,
+        database: p.database,
+        ssl_mode,
+        ssl_root_cert: p.ssl_root_cert,
+        publication: p.publication,
+        slot: p.slot,
+        tables: p.tables,
+        snapshot_parallelism: p.snapshot_parallelism,
+        replica_identity_full: p.replica_identity_full,
+        table_names: job
+            .tables
+            .iter()
+            .map(|t| (t.key.clone(), t.name.clone()))
+            .collect(),
+    })
 }
 
 fn absolute(path: &Path) -> anyhow::Result<PathBuf> {

@@ -1,0 +1,13 @@
+//! `floe-cdc`: change data capture sources.
+//!
+//! * [`postgres`] — the [`floe_core::ChangeSource`] of a Postgres publication: a consistent
+//!   initial copy, then logical replication (pgoutput over `pgwire-replication`), acknowledged
+//!   only after the Iceberg commit;
+//! * [`pgoutput`] — the pgoutput message decoder;
+//! * [`types`] — the Postgres → Iceberg type mapping and text-value parsing;
+//! * [`changes`] — the per-key collapsing change buffer shared by the sources.
+
+pub mod changes;
+pub mod pgoutput;
+pub mod postgres;
+pub mod types;
