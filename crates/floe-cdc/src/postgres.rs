@@ -91,6 +91,8 @@ pub struct PostgresConfig {
     pub snapshot_parallelism: usize,
     /// Set `REPLICA IDENTITY FULL` on tables that need it instead of refusing them.
     pub replica_identity_full: bool,
+    /// Warn when the slot retains more WAL than this (bytes).
+    pub warn_retained_wal: u64,
     /// Iceberg table name of a source table (`schema.table` → name); default: the table name
     /// (`schema_table` outside `public`).
     pub table_names: HashMap<String, String>,
@@ -435,7 +437,18 @@ impl PostgresSource {
         if !problems.is_empty() {
             return Err(problems.join("\n"));
         }
-        if identity != "f" && !toastable.is_empty() {
+        // Postgres gives a table a TOAST relation only if its rows can outgrow a page's
+        // quarter (`needs_toast_table`); without one, no value is ever stored out of line.
+        let has_toast: bool = self
+            .catalog
+            .query_one(
+                "SELECT reltoastrelid <> 0 FROM pg_class WHERE oid = $1",
+                &[&oid],
+            )
+            .await
+            .map_err(db)?
+            .get(0);
+        if identity != "f" && has_toast && !toastable.is_empty() {
             if self.config.replica_identity_full {
                 let sql = format!(
                     "ALTER TABLE {}.{} REPLICA IDENTITY FULL",
@@ -1102,6 +1115,31 @@ impl ChangeSource for PostgresSource {
             self.uncommitted = true;
         }
         Ok((out, self.positions()))
+    }
+
+    async fn status(&mut self) -> Vec<(&'static str, i64)> {
+        let state = match self.slot_state().await {
+            Ok(Some(state)) => state,
+            Ok(None) => return Vec::new(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the replication slot's state");
+                return Vec::new();
+            }
+        };
+        if state.retained_wal_bytes as u64 > self.config.warn_retained_wal {
+            tracing::warn!(
+                slot = %self.config.slot,
+                retained_wal_bytes = state.retained_wal_bytes,
+                bound = self.config.warn_retained_wal,
+                "the replication slot retains more WAL than the bound: the job is behind, or \
+                 was stopped for long; a retired job must drop its slot"
+            );
+        }
+        vec![
+            ("postgres_slot_retained_wal_bytes", state.retained_wal_bytes),
+            ("postgres_slot_lag_bytes", state.lag_bytes),
+            ("postgres_slot_active", state.active as i64),
+        ]
     }
 
     fn acknowledge(&mut self, positions: &Positions) {

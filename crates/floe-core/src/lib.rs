@@ -210,4 +210,10 @@ pub trait ChangeSource: Send {
 
     /// `positions` are committed durably: upstream may let go of what precedes them.
     fn acknowledge(&mut self, positions: &Positions);
+
+    /// The source's health as named gauges (e.g. the WAL a replication slot retains), read
+    /// after each checkpoint; empty when it has none.
+    fn status(&mut self) -> impl Future<Output = Vec<(&'static str, i64)>> + Send {
+        async { Vec::new() }
+    }
 }

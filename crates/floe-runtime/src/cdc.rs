@@ -189,7 +189,11 @@ impl<S: ChangeSource> ChangeJob<S> {
                 }
             }
         } else {
-            tracing::info!(job = %self.config.name, positions = ?self.committed, "streaming from the committed positions");
+            tracing::info!(
+                job = %self.config.name,
+                tables = committed.iter().flatten().count(),
+                "streaming from the positions committed in the tables"
+            );
         }
         let mut deadline = Instant::now() + self.config.interval;
         loop {
@@ -346,6 +350,12 @@ impl<S: ChangeSource> ChangeJob<S> {
                 .unwrap_or_default(),
         );
         self.summary.checkpoints += 1;
+        for (measure, value) in self.source.status().await {
+            self.metrics
+                .source_status
+                .with_label_values(&[measure])
+                .set(value);
+        }
         for (table, n) in counts {
             self.metrics.rows.with_label_values(&[table]).inc_by(*n);
             *self.summary.rows.entry(table.clone()).or_default() += n;

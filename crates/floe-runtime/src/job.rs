@@ -84,6 +84,7 @@ struct RawPostgres {
     tables: Option<Vec<S>>,
     snapshot_parallelism: Option<Spanned<i64>>,
     replica_identity_full: Option<bool>,
+    warn_retained_wal: Option<S>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -211,6 +212,8 @@ pub struct PostgresSourceConfig {
     pub snapshot_parallelism: usize,
     /// Let Floe set `REPLICA IDENTITY FULL` where unchanged TOASTed values need it.
     pub replica_identity_full: bool,
+    /// Warn when the slot retains more WAL than this many bytes.
+    pub warn_retained_wal: u64,
 }
 
 /// The source of a job.
@@ -710,6 +713,7 @@ fn postgres(c: &mut Check<'_>, p: &RawPostgres, job: &str) -> PostgresSourceConf
         tables,
         snapshot_parallelism,
         replica_identity_full: p.replica_identity_full.unwrap_or(false),
+        warn_retained_wal: c.bytes(p.warn_retained_wal.as_ref(), 1024 * 1024 * 1024),
     }
 }
 

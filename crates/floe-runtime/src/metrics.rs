@@ -28,6 +28,8 @@ pub struct JobMetrics {
     pub last_commit: IntGauge,
     /// Records behind the end of each partition, as the source last reported.
     pub lag: IntGaugeVec,
+    /// The source's own gauges (a change source's replication slot), by name.
+    pub source_status: IntGaugeVec,
 }
 
 impl Default for JobMetrics {
@@ -90,6 +92,14 @@ impl JobMetrics {
                 &["partition"],
             )
             .expect("valid metric"),
+            source_status: IntGaugeVec::new(
+                Opts::new(
+                    "floe_source_status",
+                    "The source's own gauges, e.g. postgres_slot_retained_wal_bytes",
+                ),
+                &["measure"],
+            )
+            .expect("valid metric"),
             registry,
         };
         for c in [
@@ -102,6 +112,7 @@ impl JobMetrics {
             Box::new(m.commit_seconds.clone()),
             Box::new(m.last_commit.clone()),
             Box::new(m.lag.clone()),
+            Box::new(m.source_status.clone()),
         ] {
             m.registry.register(c).expect("unique metric names");
         }

@@ -205,6 +205,7 @@ fn postgres_config(
         tables: p.tables,
         snapshot_parallelism: p.snapshot_parallelism,
         replica_identity_full: p.replica_identity_full,
+        warn_retained_wal: p.warn_retained_wal,
         table_names: job
             .tables
             .iter()

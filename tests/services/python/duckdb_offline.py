@@ -73,6 +73,8 @@ def connect(
         for name in extensions:
             path = str(extension_path(name)).replace("'", "''")
             con.execute(f"LOAD '{path}'")
+        # No progress bar: it would land in the output the tests parse.
+        con.execute("SET enable_progress_bar = false")
     except Exception:
         con.close()
         raise

@@ -1,0 +1,628 @@
+//! The Postgres CDC job against a real PostgreSQL 15 and a real floe-catalog:
+//!
+//! * **chaos** — a random workload (inserts, updates of every mapped type, key changes,
+//!   deletes, NULLs, large TOASTed text left unchanged by later updates, TRUNCATE, and
+//!   transactions spanning two tables) runs while `floe run` is killed -9 at random instants,
+//!   the first kills landing in the initial snapshot; afterwards the Iceberg tables read by
+//!   DuckDB equal the Postgres tables (EXCEPT both ways is empty), and every committed
+//!   snapshot of the two-table pair shows whole transactions only (an invariant summed over
+//!   both tables, at every checkpoint);
+//! * **snapshot boundary** — a 1,000,000-row table copied while changes keep coming: no gap
+//!   and no duplicate where the copy ends and the stream begins;
+//! * **bad input** — a table without a primary key and a column of an unsupported type stop
+//!   the job at start with errors naming them.
+//!
+//! Needs `FLOE_TEST_PG_URL` and `FLOE_TEST_PYTHON` (from `tests/services/up`); skipped
+//! without them unless `FLOE_REQUIRE_SERVICES=1`. `FLOE_CHAOS_KILLS` sets the number of kills
+//! (default 20).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use floe_lake::marker::CommitMarker;
+use floe_lake::rest::CatalogClient;
+use futures::StreamExt;
+use iceberg::{NamespaceIdent, TableIdent};
+use rand::Rng;
+use tokio_postgres::NoTls;
+
+mod support;
+use support::{python, service, start_catalog, temp_dir};
+
+const SCHEMA: &str = "
+CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+CREATE SEQUENCE ids START 1000000;
+CREATE TABLE accounts (
+  id bigint PRIMARY KEY, owner text, balance numeric(12,2), note text, tags text[], scores int[],
+  opened date, seen timestamptz, local_ts timestamp, at_time time, flag boolean, u uuid,
+  blob bytea, ratio double precision, small smallint, f4 real, doc jsonb, feeling mood,
+  code varchar(8));
+CREATE TABLE wallets (id int PRIMARY KEY, balance numeric(14,2) NOT NULL);
+CREATE TABLE ledger (id bigint PRIMARY KEY, wallet_id int NOT NULL, amount numeric(14,2) NOT NULL);
+CREATE TABLE scratch (k int PRIMARY KEY, v int);
+";
+
+/// A new account row's values, computed by the server (`$1` = id).
+const ACCOUNT_VALUES: &str = "
+  $1, 'owner ' || $1, round((random() * 1000)::numeric, 2),
+  CASE WHEN random() < 0.3 THEN (SELECT string_agg(md5(random()::text || g), '') FROM generate_series(1, 200) g)
+       WHEN random() < 0.5 THEN NULL ELSE 'short note' END,
+  CASE WHEN random() < 0.2 THEN NULL ELSE ARRAY['a', NULL, 'c,d', 'say \"hi\"'] END,
+  ARRAY[1, ($1 % 7)::int], DATE '2020-01-01' + (random() * 1000)::int,
+  now() - random() * interval '1000 days', localtimestamp(3), TIME '12:34:56.5' + random() * interval '1 hour',
+  random() < 0.5, gen_random_uuid(), decode(md5(random()::text), 'hex'),
+  floor(random() * 400) / 4, ($1 % 100)::smallint, 1.25, jsonb_build_object('k', $1, 'arr', jsonb_build_array(1, 'two')),
+  (ARRAY['sad', 'ok', 'happy'])[1 + ($1 % 3)::int]::mood, 'c' || ($1 % 1000)";
+
+/// One text line per row, the same in Postgres and DuckDB (NULL = ∅).
+fn canonical(table: &str, duckdb: bool) -> String {
+    let c = |pg: &str, duck: &str| format!("coalesce(({}), '∅')", if duckdb { duck } else { pg });
+    let cols: Vec<String> = match table {
+        "accounts" => vec![
+            c("id::text", "id::varchar"),
+            c("owner", "owner"),
+            c("balance::text", "balance::varchar"),
+            c("md5(note)", "md5(note)"),
+            c(
+                "array_to_string(tags, ',', '∅')",
+                "array_to_string(list_transform(tags, x -> coalesce(x, '∅')), ',')",
+            ),
+            c(
+                "array_to_string(scores, ',')",
+                "array_to_string(scores, ',')",
+            ),
+            c("opened::text", "opened::varchar"),
+            c(
+                "(extract(epoch from seen) * 1000000)::bigint::text",
+                "epoch_us(seen)::varchar",
+            ),
+            c(
+                "(extract(epoch from local_ts) * 1000000)::bigint::text",
+                "epoch_us(local_ts)::varchar",
+            ),
+            c(
+                "(extract(epoch from at_time) * 1000000)::bigint::text",
+                "round(extract(epoch FROM at_time) * 1000000)::bigint::varchar",
+            ),
+            c("flag::text", "flag::varchar"),
+            c("u::text", "u::varchar"),
+            c("encode(blob, 'hex')", "lower(hex(blob))"),
+            c("(ratio * 4)::bigint::text", "(ratio * 4)::bigint::varchar"),
+            c("small::text", "small::varchar"),
+            c("(f4 * 4)::int::text", "(f4 * 4)::int::varchar"),
+            c("doc::text", "doc"),
+            c("feeling::text", "feeling"),
+            c("code", "code"),
+        ],
+        "wallets" => vec![
+            c("id::text", "id::varchar"),
+            c("balance::text", "balance::varchar"),
+        ],
+        "ledger" => vec![
+            c("id::text", "id::varchar"),
+            c("wallet_id::text", "wallet_id::varchar"),
+            c("amount::text", "amount::varchar"),
+        ],
+        "scratch" => vec![c("k::text", "k::varchar"), c("v::text", "v::varchar")],
+        "big" => vec![
+            c("id::text", "id::varchar"),
+            c("v::text", "v::varchar"),
+            c("label", "label"),
+        ],
+        other => panic!("no canonical form for {other}"),
+    };
+    cols.join(" || '|' || ")
+}
+
+/// A fresh database on the test cluster, and how to reach it.
+struct Database {
+    name: String,
+    host: String,
+    port: u16,
+    user: String,
+    client: tokio_postgres::Client,
+}
+
+async fn connect(config: &tokio_postgres::Config) -> tokio_postgres::Client {
+    let (client, connection) = config.connect(NoTls).await.unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+impl Database {
+    async fn create(url: &str, tag: &str) -> Self {
+        let mut config = tokio_postgres::Config::from_str(url).unwrap();
+        let admin = connect(&config).await;
+        let name = format!("{tag}_{}", uuid::Uuid::new_v4().simple());
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        config.dbname(&name);
+        let host = match &config.get_hosts()[0] {
+            tokio_postgres::config::Host::Tcp(h) => h.clone(),
+            #[allow(unreachable_patterns)]
+            _ => "127.0.0.1".into(),
+        };
+        Self {
+            host,
+            port: config.get_ports().first().copied().unwrap_or(5432),
+            user: config.get_user().unwrap_or("postgres").to_string(),
+            client: connect(&config).await,
+            name,
+        }
+    }
+
+    async fn session(&self) -> tokio_postgres::Client {
+        let mut config = tokio_postgres::Config::new();
+        config
+            .host(&self.host)
+            .port(self.port)
+            .user(&self.user)
+            .dbname(&self.name);
+        connect(&config).await
+    }
+
+    /// The rows of `table` in canonical form, one per line, into `file`.
+    async fn export(&self, table: &str, file: &Path) -> usize {
+        let stream = self
+            .client
+            .copy_out(&format!(
+                "COPY (SELECT {} FROM {table}) TO STDOUT",
+                canonical(table, false)
+            ))
+            .await
+            .unwrap();
+        futures::pin_mut!(stream);
+        let mut out = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            out.extend_from_slice(&chunk.unwrap());
+        }
+        std::fs::write(file, &out).unwrap();
+        out.iter().filter(|b| **b == b'\n').count()
+    }
+
+    async fn wal_lsn(&self) -> String {
+        self.client
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    /// Whether the slot has confirmed everything up to `lsn`.
+    async fn slot_reached(&self, slot: &str, lsn: &str) -> bool {
+        self.client
+            .query_opt(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 \
+                 AND confirmed_flush_lsn >= $2::text::pg_lsn",
+                &[&slot, &lsn],
+            )
+            .await
+            .unwrap()
+            .is_some()
+    }
+}
+
+fn spawn_floe(job: &Path, log: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["run", job.to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
+        .spawn()
+        .unwrap()
+}
+
+fn terminate(mut child: Child) {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "clean stop exits 0");
+}
+
+fn job_file(dir: &Path, db: &Database, catalog: &str, extra: &str) -> PathBuf {
+    let path = dir.join("job.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "version = 1\nname = \"cdc\"\n\n[source.postgres]\nhost = \"{}\"\nport = {}\n\
+             user = \"{}\"\ndatabase = \"{}\"\nslot = \"floe_{}\"\n{extra}\n\n\
+             [catalog]\nuri = \"{catalog}\"\nnamespace = \"app\"\n\n\
+             [checkpoint]\ninterval = \"1s\"\nstate_dir = \"{}\"\n",
+            db.host,
+            db.port,
+            db.user,
+            db.name,
+            db.name,
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+async fn metadata_location(client: &CatalogClient, table: &str) -> String {
+    client
+        .load_table(&TableIdent::new(
+            NamespaceIdent::new("app".into()),
+            table.into(),
+        ))
+        .await
+        .unwrap()
+        .metadata_location
+        .unwrap()
+}
+
+/// Compares each table in Postgres and in Iceberg (DuckDB): returns `(rows, missing,
+/// unexpected)` per table — the EXCEPT both ways.
+async fn compare(
+    db: &Database,
+    client: &CatalogClient,
+    dir: &Path,
+    tables: &[&str],
+) -> Vec<(String, u64, u64, u64)> {
+    let mut script = String::from(
+        "import duckdb_offline\ncon = duckdb_offline.connect()\n\
+         def one(q): return con.sql(q).fetchone()[0]\n",
+    );
+    for table in tables {
+        let file = dir.join(format!("{table}.pg"));
+        db.export(table, &file).await;
+        let location = metadata_location(client, table).await;
+        script.push_str(&format!(
+            "con.sql(\"CREATE OR REPLACE TABLE pg AS SELECT r FROM read_csv('{}', header=false, \
+             columns={{'r': 'VARCHAR'}}, delim='\\x01', quote='', escape='')\")\n\
+             con.sql(\"CREATE OR REPLACE TABLE ice AS SELECT {} AS r FROM iceberg_scan('{location}')\")\n\
+             print('{table}', one('SELECT count(*) FROM pg'), one('SELECT count(*) FROM (SELECT r FROM pg EXCEPT ALL SELECT r FROM ice)'), \
+             one('SELECT count(*) FROM (SELECT r FROM ice EXCEPT ALL SELECT r FROM pg)'), one('SELECT count(*) FROM ice'))\n",
+            file.display(),
+            canonical(table, true).replace('"', "\\\"")
+        ));
+    }
+    python(&script)
+        .lines()
+        .map(|line| {
+            let v: Vec<&str> = line.split_whitespace().collect();
+            let n = |i: usize| v[i].parse::<u64>().unwrap();
+            assert_eq!(n(1), n(4), "{}: same number of rows", v[0]);
+            (v[0].to_string(), n(1), n(2), n(3))
+        })
+        .collect()
+}
+
+/// Every committed checkpoint that touched `ledger` also touched `wallets` in the same
+/// checkpoint, and at each `sum(wallets.balance) + sum(ledger.amount)` is the initial total:
+/// no snapshot shows part of a transfer.
+async fn check_whole_transactions(client: &CatalogClient, total: &str) -> usize {
+    let ident = |name: &str| TableIdent::new(NamespaceIdent::new("app".into()), name.into());
+    let wallets = client.load_table(&ident("wallets")).await.unwrap();
+    let ledger = client.load_table(&ident("ledger")).await.unwrap();
+    let markers = |t: &floe_lake::rest::LoadedTable| -> Vec<((Option<String>, u64), i64)> {
+        t.metadata
+            .snapshots()
+            .filter_map(|s| {
+                CommitMarker::from_properties(&s.summary().additional_properties)
+                    .map(|m| ((m.writer, m.checkpoint_id), s.snapshot_id()))
+            })
+            .collect()
+    };
+    let wallet_snapshots = markers(&wallets);
+    let mut pairs = Vec::new();
+    for (marker, ledger_snapshot) in markers(&ledger) {
+        let wallet_snapshot = wallet_snapshots
+            .iter()
+            .find(|(m, _)| *m == marker)
+            .map(|(_, s)| *s)
+            .unwrap_or_else(|| panic!("checkpoint {marker:?} committed ledger without wallets"));
+        pairs.push((wallet_snapshot, ledger_snapshot));
+    }
+    let (w, l) = (
+        wallets.metadata_location.unwrap(),
+        ledger.metadata_location.unwrap(),
+    );
+    let mut script = String::from(
+        "import duckdb_offline\ncon = duckdb_offline.connect()\n\
+         def one(q): return con.sql(q).fetchone()[0]\n",
+    );
+    for (ws, ls) in &pairs {
+        script.push_str(&format!(
+            "print(one(\"SELECT (SELECT coalesce(sum(balance), 0) FROM iceberg_scan('{w}', snapshot_from_id={ws})) + \
+             (SELECT coalesce(sum(amount), 0) FROM iceberg_scan('{l}', snapshot_from_id={ls}))\"))\n"
+        ));
+    }
+    let sums = python(&script);
+    for (line, pair) in sums.lines().zip(&pairs) {
+        assert_eq!(
+            line.trim().parse::<f64>().unwrap(),
+            total.parse::<f64>().unwrap(),
+            "snapshots {pair:?} show part of a transfer"
+        );
+    }
+    pairs.len()
+}
+
+/// Random transactions until `stop`; returns how many committed.
+async fn workload(session: tokio_postgres::Client, stop: Arc<AtomicBool>, count: Arc<AtomicU64>) {
+    // One nextval per row, so `currval` is the new row's id.
+    let insert = format!(
+        "INSERT INTO accounts SELECT {} FROM (SELECT nextval('ids') AS n) s",
+        ACCOUNT_VALUES.replace("$1", "n")
+    );
+    let random_id = "(SELECT id FROM accounts TABLESAMPLE SYSTEM (5) LIMIT 1)";
+    while !stop.load(Ordering::Relaxed) {
+        let op = rand::rng().random_range(0..100);
+        let amount = format!(
+            "{}.{:02}",
+            rand::rng().random_range(1..50),
+            rand::rng().random_range(0..100)
+        );
+        let wallet = rand::rng().random_range(1..=20);
+        let sql = match op {
+            0..=19 => insert.clone(),
+            20..=34 => format!(
+                "UPDATE accounts SET balance = balance + 1, flag = NOT flag WHERE id = {random_id}"
+            ),
+            35..=41 => format!(
+                "UPDATE accounts SET note = (SELECT string_agg(md5(random()::text || g), '') \
+                 FROM generate_series(1, 150) g) WHERE id = {random_id}"
+            ),
+            42..=47 => format!(
+                "UPDATE accounts SET owner = NULL, tags = NULL, doc = NULL, seen = NULL \
+                 WHERE id = {random_id}"
+            ),
+            48..=55 => format!("DELETE FROM accounts WHERE id = {random_id}"),
+            56..=61 => format!("UPDATE accounts SET id = nextval('ids') WHERE id = {random_id}"),
+            62..=84 => format!(
+                "BEGIN; UPDATE wallets SET balance = balance - {amount} WHERE id = {wallet}; \
+                 INSERT INTO ledger VALUES (nextval('ids'), {wallet}, {amount}); COMMIT"
+            ),
+            85..=92 => {
+                // Insert, update and delete of fresh keys in one transaction, plus an update
+                // that leaves a TOASTed note unchanged.
+                let id = "currval('ids')";
+                format!(
+                    "BEGIN; {insert}; UPDATE accounts SET small = 7 WHERE id = {id}; \
+                     {insert}; DELETE FROM accounts WHERE id = {id}; \
+                     UPDATE accounts SET code = 'toast' WHERE id = {random_id}; COMMIT"
+                )
+            }
+            93..=97 => format!(
+                "UPDATE scratch SET v = v + 1 WHERE k = {}",
+                rand::rng().random_range(0..10)
+            ),
+            _ => "BEGIN; TRUNCATE scratch; INSERT INTO scratch SELECT g, g * 10 FROM \
+                  generate_series(0, 9) g; COMMIT"
+                .to_string(),
+        };
+        if session.batch_execute(&sql).await.is_ok() {
+            count.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let _ = session.batch_execute("ROLLBACK").await;
+        }
+        let pause = rand::rng().random_range(0..15);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
+
+fn kills() -> usize {
+    std::env::var("FLOE_CHAOS_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
+}
+
+/// Runs `floe` until the slot has confirmed everything written so far, then stops it cleanly.
+async fn catch_up(db: &Database, job: &Path, log: &Path) {
+    let target = db.wal_lsn().await;
+    let child = spawn_floe(job, log);
+    let slot = format!("floe_{}", db.name);
+    let began = Instant::now();
+    while !db.slot_reached(&slot, &target).await {
+        assert!(
+            began.elapsed() < Duration::from_secs(240),
+            "the job did not catch up; log: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    terminate(child);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_changes_land_exactly_once_through_kill_9() {
+    let (Some(url), Some(_)) = (service("FLOE_TEST_PG_URL"), service("FLOE_TEST_PYTHON")) else {
+        return;
+    };
+    let dir = temp_dir("pg-cdc");
+    let (catalog, client) = start_catalog(&dir).await;
+    let db = Database::create(&url, "chaos").await;
+    db.client.batch_execute(SCHEMA).await.unwrap();
+    db.client
+        .batch_execute(&format!(
+            "INSERT INTO accounts SELECT {} FROM generate_series(1, 3000) AS s(id);
+             INSERT INTO wallets SELECT g, 1000 FROM generate_series(1, 20) g;
+             INSERT INTO scratch SELECT g, g FROM generate_series(0, 9) g;",
+            ACCOUNT_VALUES.replace("$1", "id")
+        ))
+        .await
+        .unwrap();
+    let total = "20000";
+    let job = job_file(&dir, &db, &catalog.uri(), "replica_identity_full = true");
+    let log = dir.join("floe.log");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let load = tokio::spawn(workload(db.session().await, stop.clone(), count.clone()));
+    let kills = kills();
+    for round in 0..kills {
+        let mut child = spawn_floe(&job, &log);
+        // The first rounds die early, some inside the initial snapshot.
+        let life = if round < 3 {
+            rand::rng().random_range(50..600)
+        } else {
+            rand::rng().random_range(300..3000)
+        };
+        tokio::time::sleep(Duration::from_millis(life)).await;
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    catch_up(&db, &job, &log).await;
+
+    let tables = ["accounts", "wallets", "ledger", "scratch"];
+    for (table, rows, missing, unexpected) in compare(&db, &client, &dir, &tables).await {
+        assert_eq!(
+            (missing, unexpected),
+            (0, 0),
+            "{table}: {rows} rows in Postgres, {missing} missing from Iceberg, {unexpected} \
+             not in Postgres"
+        );
+        assert!(rows > 0, "{table} has rows");
+    }
+    let checkpoints = check_whole_transactions(&client, total).await;
+    assert!(
+        checkpoints >= kills / 3,
+        "checkpoints were committed across the kills ({checkpoints})"
+    );
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        log_text.contains("initial snapshot committed"),
+        "the snapshot finished at some point"
+    );
+    eprintln!(
+        "chaos: {kills} kills, {} transactions, {checkpoints} two-table checkpoints whole; \
+         DuckDB equals Postgres on {tables:?}",
+        count.load(Ordering::Relaxed)
+    );
+    catalog.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_million_row_snapshot_meets_the_stream_without_gap_or_duplicate() {
+    let (Some(url), Some(_)) = (service("FLOE_TEST_PG_URL"), service("FLOE_TEST_PYTHON")) else {
+        return;
+    };
+    let dir = temp_dir("pg-snapshot");
+    let (catalog, client) = start_catalog(&dir).await;
+    let db = Database::create(&url, "boundary").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE big (id bigint PRIMARY KEY, v int NOT NULL, label varchar(20));
+             INSERT INTO big SELECT g, 0, 'row ' || g FROM generate_series(1, 1000000) g;",
+        )
+        .await
+        .unwrap();
+    let job = job_file(&dir, &db, &catalog.uri(), "");
+    let log = dir.join("floe.log");
+    let mut child = spawn_floe(&job, &log);
+    // Changes while the copy runs and after: updates across the key range, inserts after it,
+    // deletes.
+    let session = db.session().await;
+    let began = Instant::now();
+    let mut changes = 0;
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("initial snapshot committed")
+        || changes < 200
+    {
+        assert!(
+            began.elapsed() < Duration::from_secs(300),
+            "snapshot too slow"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "floe stopped: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        let id = rand::rng().random_range(1..=1_000_000);
+        session
+            .batch_execute(&format!(
+                "UPDATE big SET v = v + 1 WHERE id = {id};
+                 INSERT INTO big VALUES ({}, 1, 'new');
+                 DELETE FROM big WHERE id = {};",
+                1_000_000 + changes + 1,
+                rand::rng().random_range(1..=1_000_000)
+            ))
+            .await
+            .unwrap();
+        changes += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let target = db.wal_lsn().await;
+    let slot = format!("floe_{}", db.name);
+    while !db.slot_reached(&slot, &target).await {
+        assert!(
+            began.elapsed() < Duration::from_secs(400),
+            "did not catch up"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    terminate(child);
+    let result = compare(&db, &client, &dir, &["big"]).await;
+    let (_, rows, missing, unexpected) = &result[0];
+    assert_eq!(
+        (*missing, *unexpected),
+        (0, 0),
+        "{rows} rows: {missing} missing, {unexpected} unexpected"
+    );
+    eprintln!(
+        "boundary: {rows} rows equal after {changes} rounds of changes during and after the copy"
+    );
+    catalog.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_floe_cannot_follow_are_refused_by_name() {
+    let Some(url) = service("FLOE_TEST_PG_URL") else {
+        return;
+    };
+    let dir = temp_dir("pg-refuse");
+    let (catalog, _client) = start_catalog(&dir).await;
+    let db = Database::create(&url, "refuse").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE keyless (a int, b text);
+             CREATE TABLE searchable (id int PRIMARY KEY, doc tsvector);
+             CREATE TABLE toasty (id int PRIMARY KEY, body text);",
+        )
+        .await
+        .unwrap();
+    let job = job_file(&dir, &db, &catalog.uri(), "");
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["run", job.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("table public.keyless has no primary key"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("table public.searchable, column doc: type tsvector is not supported"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("ALTER TABLE public.toasty REPLICA IDENTITY FULL"),
+        "{stderr}"
+    );
+    catalog.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
