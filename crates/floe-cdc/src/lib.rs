@@ -3,11 +3,14 @@
 //! * [`postgres`] — the [`floe_core::ChangeSource`] of a Postgres publication: a consistent
 //!   initial copy, then logical replication (pgoutput over `pgwire-replication`), acknowledged
 //!   only after the Iceberg commit;
+//! * [`debezium`] — the [`floe_core::ChangeSource`] of Debezium change events (JSON) read
+//!   from Kafka topics, exactly once through the offsets committed with the data;
 //! * [`pgoutput`] — the pgoutput message decoder;
 //! * [`types`] — the Postgres → Iceberg type mapping and text-value parsing;
 //! * [`changes`] — the per-key collapsing change buffer shared by the sources.
 
 pub mod changes;
+pub mod debezium;
 pub mod pgoutput;
 pub mod postgres;
 pub mod types;

@@ -168,7 +168,7 @@ fn quote(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
 }
 
-fn iceberg_schema(layout: &[Column]) -> Result<Schema, String> {
+pub(crate) fn iceberg_schema(layout: &[Column]) -> Result<Schema, String> {
     let mut next = layout.len() as i32 + 1;
     let mut fields = Vec::new();
     let mut identifier = Vec::new();
@@ -981,7 +981,11 @@ impl ChangeSource for PostgresSource {
             .collect()
     }
 
-    async fn begin(&mut self, committed: &[Option<Positions>]) -> Result<ChangeStart, SourceError> {
+    async fn begin(
+        &mut self,
+        _job: Option<&Positions>,
+        committed: &[Option<Positions>],
+    ) -> Result<ChangeStart, SourceError> {
         let lsn_of = |p: &Positions| {
             p.get(LSN)
                 .and_then(|l| Lsn::parse(l).ok())

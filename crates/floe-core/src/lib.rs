@@ -50,6 +50,8 @@ pub struct SourceRecord {
     pub offset: i64,
     /// The payload (empty for a tombstone).
     pub payload: Vec<u8>,
+    /// The record's key, if it has one.
+    pub key: Option<Vec<u8>>,
 }
 
 /// What a poll brought.
@@ -185,11 +187,14 @@ pub trait ChangeSource: Send {
     /// The tables followed, in a fixed order (a table's schema may gain columns over time).
     fn tables(&self) -> Vec<ChangeTable>;
 
-    /// Prepares to read. `committed` holds the positions of the newest commit of the job on
-    /// each table (same order as [`tables`](Self::tables)); all `None` on a first start.
+    /// Prepares to read. `job` holds the positions of the job's newest commit (every commit
+    /// includes the job's anchor table), `tables` those of the newest commit of the job on
+    /// each table (same order as [`tables`](Self::tables)); `None` where nothing was
+    /// committed.
     fn begin(
         &mut self,
-        committed: &[Option<Positions>],
+        job: Option<&Positions>,
+        tables: &[Option<Positions>],
     ) -> impl Future<Output = Result<ChangeStart, SourceError>> + Send;
 
     /// The next batch of the initial copy (`None` once every table is copied).

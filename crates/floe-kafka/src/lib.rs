@@ -260,6 +260,7 @@ impl Source for KafkaSource {
                 message.offset(),
             );
             let payload = message.payload().map(<[u8]>::to_vec).unwrap_or_default();
+            let record_key = message.key().map(<[u8]>::to_vec);
             drop(message);
             let key = (self.topic(&topic), partition);
             if self.accept(&key, offset) {
@@ -269,6 +270,7 @@ impl Source for KafkaSource {
                     partition,
                     offset,
                     payload,
+                    key: record_key,
                 });
             }
         }

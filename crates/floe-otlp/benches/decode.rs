@@ -45,6 +45,7 @@ fn main() {
             partition: 0,
             offset: offset as i64,
             payload: payload.clone(),
+            key: None,
         };
         format.append(&record, 0).unwrap();
         if format.buffered_rows() >= 64 * 1024 {

@@ -451,6 +451,7 @@ impl GeneratorSource {
             partition: 0,
             offset: self.offsets[topic],
             payload: bytes,
+            key: None,
         });
         self.offsets[topic] += 1;
     }

@@ -85,13 +85,7 @@ impl<S: ChangeSource> ChangeJob<S> {
     ) -> LakeResult<Self> {
         let namespace = config.catalog.namespace.clone();
         client.ensure_namespace(&[namespace.as_str()]).await?;
-        let options = |target_file_size: u64| WriterOptions {
-            target_file_size: target_file_size as usize,
-            file_prefix: config.name.clone(),
-            zstd_level: 1,
-            ..WriterOptions::default()
-        };
-        let anchor_options = options(128 * 1024 * 1024);
+        let anchor_options = writer_options(&config, 128 * 1024 * 1024);
         let anchor = ensure_table(
             &client,
             &namespace,
@@ -106,8 +100,28 @@ impl<S: ChangeSource> ChangeJob<S> {
             },
         )
         .await?;
-        let mut tables = Vec::new();
-        for spec in source.tables() {
+        let mut job = Self {
+            writer_id: uuid::Uuid::now_v7().to_string(),
+            config,
+            client,
+            source,
+            metrics,
+            next_checkpoint: 1,
+            anchor,
+            tables: Vec::new(),
+            committed: None,
+            summary: RunSummary::default(),
+        };
+        job.follow_new_tables().await?;
+        Ok(job)
+    }
+
+    /// Creates (or loads) the Iceberg tables of source tables not followed yet — all of them
+    /// at start; a source that discovers tables as it reads (Debezium topics) adds more.
+    async fn follow_new_tables(&mut self) -> LakeResult<()> {
+        let specs = self.source.tables();
+        for spec in specs.into_iter().skip(self.tables.len()) {
+            let config = &self.config;
             let table_config = config.tables.iter().find(|t| t.key == spec.source_name);
             let name = table_config
                 .map(|t| t.name.clone())
@@ -127,14 +141,17 @@ impl<S: ChangeSource> ChangeJob<S> {
                     ),
                 ));
             }
-            let options = options(table_config.map_or(128 * 1024 * 1024, |t| t.target_file_size));
+            let options = writer_options(
+                config,
+                table_config.map_or(128 * 1024 * 1024, |t| t.target_file_size),
+            );
             let mut properties = options.to_table_properties();
             if let Some(t) = table_config {
                 properties.extend(t.properties.clone());
             }
             let table = ensure_table(
-                &client,
-                &namespace,
+                &self.client,
+                &config.catalog.namespace,
                 &Wanted {
                     name: &name,
                     schema: &spec.schema,
@@ -143,7 +160,7 @@ impl<S: ChangeSource> ChangeJob<S> {
                 },
             )
             .await?;
-            tables.push(Followed {
+            self.tables.push(Followed {
                 table,
                 options,
                 key: spec.key,
@@ -152,22 +169,12 @@ impl<S: ChangeSource> ChangeJob<S> {
                 name,
             });
         }
-        Ok(Self {
-            writer_id: uuid::Uuid::now_v7().to_string(),
-            config,
-            client,
-            source,
-            metrics,
-            next_checkpoint: 1,
-            anchor,
-            tables,
-            committed: None,
-            summary: RunSummary::default(),
-        })
+        Ok(())
     }
-
     /// Runs until `shutdown` is cancelled; then takes a final checkpoint.
     pub async fn run(mut self, shutdown: CancellationToken) -> LakeResult<RunSummary> {
+        let anchor = self.client.load_table(&self.anchor.ident).await?;
+        let job = newest_marker(&anchor.metadata, &self.config.name).map(|f| f.marker.positions);
         let mut committed = Vec::new();
         for followed in &self.tables {
             let table = self.client.load_table(&followed.table.ident).await?;
@@ -176,7 +183,7 @@ impl<S: ChangeSource> ChangeJob<S> {
             );
         }
         let start = tokio::select! {
-            start = self.source.begin(&committed) => start.map_err(source_error)?,
+            start = self.source.begin(job.as_ref(), &committed) => start.map_err(source_error)?,
             () = shutdown.cancelled() => return Ok(self.summary),
         };
         if start == ChangeStart::Snapshot {
@@ -305,6 +312,7 @@ impl<S: ChangeSource> ChangeJob<S> {
         if changes.is_empty() && self.committed.as_ref() == Some(&positions) {
             return Ok(());
         }
+        self.follow_new_tables().await?;
         self.follow_schemas().await?;
         let mut deltas = vec![(self.anchor.ident.clone(), Delta::default())];
         let mut counts = Vec::new();
@@ -369,6 +377,15 @@ impl<S: ChangeSource> ChangeJob<S> {
             "checkpoint committed"
         );
         Ok(())
+    }
+}
+
+fn writer_options(config: &JobConfig, target_file_size: u64) -> WriterOptions {
+    WriterOptions {
+        target_file_size: target_file_size as usize,
+        file_prefix: config.name.clone(),
+        zstd_level: 1,
+        ..WriterOptions::default()
     }
 }
 

@@ -172,6 +172,17 @@ pub struct KafkaSourceConfig {
     pub signals: BTreeMap<String, String>,
     /// librdkafka properties.
     pub properties: BTreeMap<String, String>,
+    /// What the records hold.
+    pub format: KafkaFormat,
+}
+
+/// The `format` of Kafka records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KafkaFormat {
+    /// OpenTelemetry (protobuf or JSON), appended to the OTLP tables.
+    Otlp,
+    /// Debezium change events (JSON, with or without the schema envelope), kept as upserts.
+    DebeziumJson,
 }
 
 /// `[source.generator]`: built-in OTLP data.
@@ -463,7 +474,11 @@ impl JobConfig {
                 }
             }
         };
-        let change_source = matches!(job_source, Some(SourceConfig::Postgres(_)));
+        let change_source = match &job_source {
+            Some(SourceConfig::Postgres(_)) => true,
+            Some(SourceConfig::Kafka(k)) => k.format == KafkaFormat::DebeziumJson,
+            _ => false,
+        };
 
         let catalog = match &raw.catalog {
             None => {
@@ -744,14 +759,26 @@ fn kafka(c: &mut Check<'_>, k: &RawKafka, job: &str) -> KafkaSourceConfig {
             }
         },
     };
-    if let Some(format) = &k.format {
-        let text = c.text(format);
-        if text != "otlp" {
-            c.at(
-                format,
-                format!("format {text:?} is not supported; use \"otlp\""),
-            );
-        }
+    let format = match &k.format {
+        None => KafkaFormat::Otlp,
+        Some(raw) => match c.text(raw).as_str() {
+            "otlp" => KafkaFormat::Otlp,
+            "debezium-json" => KafkaFormat::DebeziumJson,
+            other => {
+                c.at(
+                    raw,
+                    format!("format {other:?} is not supported; use \"otlp\" or \"debezium-json\""),
+                );
+                KafkaFormat::Otlp
+            }
+        },
+    };
+    if format == KafkaFormat::DebeziumJson && k.topics.is_none() {
+        c.problems.push(c.source.problem(
+            k.format.as_ref().map(|f| f.span()),
+            "format \"debezium-json\" needs `topics`: Debezium's per-table topics \
+             (<prefix>.<schema>.<table>)",
+        ));
     }
     let mut signals = BTreeMap::new();
     for (topic, signal) in &k.signals {
@@ -775,6 +802,7 @@ fn kafka(c: &mut Check<'_>, k: &RawKafka, job: &str) -> KafkaSourceConfig {
         start,
         signals,
         properties,
+        format,
     }
 }
 

@@ -13,12 +13,13 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
+use floe_cdc::debezium::DebeziumSource;
 use floe_cdc::postgres::{PostgresConfig, PostgresSource, SslMode};
 use floe_core::Format;
 use floe_kafka::{KafkaSettings, KafkaSource};
 use floe_lake::rest::{CatalogClient, CatalogSettings};
 use floe_otlp::{GeneratorSource, OtlpFormat, Signal};
-use floe_runtime::job::SourceConfig;
+use floe_runtime::job::{KafkaFormat, SourceConfig};
 use floe_runtime::{ChangeJob, Job, JobConfig, JobMetrics, RunSummary};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
@@ -146,6 +147,24 @@ async fn run(config: JobConfig) -> anyhow::Result<RunSummary> {
     });
     let format = otlp_format(Some(&config));
     let summary = match config.source.clone() {
+        SourceConfig::Kafka(k) if k.format == KafkaFormat::DebeziumJson => {
+            let kafka = KafkaSource::connect(&KafkaSettings {
+                brokers: k.brokers,
+                topics: k.topics,
+                group_id: k.group_id,
+                start: k.start,
+                properties: k.properties,
+            })?;
+            let names = config
+                .tables
+                .iter()
+                .map(|t| (t.key.clone(), t.name.clone()))
+                .collect();
+            ChangeJob::open(config, client, DebeziumSource::new(kafka, names), metrics)
+                .await?
+                .run(shutdown)
+                .await?
+        }
         SourceConfig::Kafka(k) => {
             let source = KafkaSource::connect(&KafkaSettings {
                 brokers: k.brokers,

@@ -115,6 +115,7 @@ pub(crate) fn decode_traces(
             partition: 0,
             offset: offset as i64,
             payload: payload.clone(),
+            key: None,
         };
         format.append(&record, 0).unwrap();
         if format.buffered_rows() >= 64 * 1024 {

@@ -1,0 +1,304 @@
+//! The Postgres CDC job's benchmark harness: `cargo bench -p floe --bench cdc`.
+//!
+//! With a Postgres from `tests/services/up --only pg`, on one table of `FLOE_BENCH_ROWS` rows
+//! (default 2,000,000) and then `FLOE_BENCH_CHANGES` changed rows (default 1,000,000: inserts,
+//! updates and deletes in transactions of 1,000):
+//!
+//! * **snapshot** — (s-a) `COPY (SELECT …) TO STDOUT (FORMAT binary)` read to nothing by one
+//!   client; (s-b) the release `floe run` from start until the initial snapshot is committed
+//!   to Iceberg (slot creation, the copy, Parquet, the commit);
+//! * **streaming** — the same WAL decoded twice, from two slots created at the same LSN:
+//!   (a) `pg_recvlogical` with pgoutput writing to /dev/null until the end LSN; (b) the release
+//!   `floe run` from start until the slot's confirmed LSN (moved only after the Iceberg
+//!   commit) reaches the end LSN, 2 s checkpoints.
+//!
+//! Rates are changed rows per second; the targets are (b) ≥ 0.5 × (a) and (s-b) ≥ 0.5 × (s-a).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio_postgres::NoTls;
+
+mod common;
+use common::{cpu_seconds, peak_rss_mib, release_bin, start_catalog};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn connect(config: &tokio_postgres::Config) -> tokio_postgres::Client {
+    let (client, connection) = config.connect(NoTls).await.unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+async fn confirmed_reached(client: &tokio_postgres::Client, slot: &str, lsn: &str) -> bool {
+    client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 \
+             AND confirmed_flush_lsn >= $2::text::pg_lsn",
+            &[&slot, &lsn],
+        )
+        .await
+        .unwrap()
+        .is_some()
+}
+
+fn job(dir: &Path, config: &tokio_postgres::Config, db: &str, catalog: &str) -> std::path::PathBuf {
+    let host = match &config.get_hosts()[0] {
+        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "127.0.0.1".into(),
+    };
+    let path = dir.join("job.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "version = 1\nname = \"bench\"\n[source.postgres]\nhost = \"{host}\"\nport = {}\n\
+             user = \"{}\"\ndatabase = \"{db}\"\nslot = \"floe_bench\"\npublication = \"bench\"\n\
+             tables = [\"public.orders\"]\n\
+             [catalog]\nuri = \"{catalog}\"\nnamespace = \"bench\"\n\
+             [checkpoint]\ninterval = \"2s\"\nstate_dir = \"{}\"\n",
+            config.get_ports().first().copied().unwrap_or(5432),
+            config.get_user().unwrap_or("postgres"),
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+struct Run {
+    seconds: f64,
+    cpu: f64,
+    rss: f64,
+}
+
+/// Runs `floe run` until `done` says so; then stops it.
+async fn run_floe(job: &Path, log: &Path, mut done: impl AsyncFnMut() -> bool) -> Run {
+    let began = Instant::now();
+    let mut child = Command::new(release_bin("floe"))
+        .args(["run", job.to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .expect("cargo build --release -p floe first");
+    let pid = child.id();
+    let (mut cpu, mut rss) = (0.0, 0.0);
+    while !done().await {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "floe stopped: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        cpu = cpu_seconds(pid);
+        rss = peak_rss_mib(pid);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let seconds = began.elapsed().as_secs_f64();
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let _ = child.wait();
+    Run { seconds, cpu, rss }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let (Ok(url), Ok(pg_bin)) = (
+        std::env::var("FLOE_TEST_PG_URL"),
+        std::env::var("FLOE_TEST_PG_BIN"),
+    ) else {
+        eprintln!(
+            "cdc bench: FLOE_TEST_PG_URL / FLOE_TEST_PG_BIN unset (tests/services/up --only pg); skipped"
+        );
+        return;
+    };
+    let rows = env_usize("FLOE_BENCH_ROWS", 2_000_000);
+    let changes = env_usize("FLOE_BENCH_CHANGES", 1_000_000);
+    let dir = std::env::temp_dir().join(format!("floe-bench-cdc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let catalog = start_catalog(&dir);
+
+    let mut config = tokio_postgres::Config::from_str(&url).unwrap();
+    let admin = connect(&config).await;
+    let db = format!("bench_{}", std::process::id());
+    admin
+        .batch_execute(&format!("CREATE DATABASE {db}"))
+        .await
+        .unwrap();
+    config.dbname(&db);
+    let client = connect(&config).await;
+    let began = Instant::now();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, customer int NOT NULL, \
+               amount numeric(12,2), status varchar(16), created timestamptz, note varchar(64));
+             INSERT INTO orders SELECT g, g % 10000, (g % 100000) / 100.0, 'new', \
+               TIMESTAMPTZ '2026-01-01' + g * interval '1 second', 'order number ' || g \
+               FROM generate_series(1, {rows}) g;
+             VACUUM ANALYZE orders;"
+        ))
+        .await
+        .unwrap();
+    eprintln!(
+        "cdc bench: {rows} rows loaded in {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+
+    // (s-a) COPY binary to nothing.
+    let began = Instant::now();
+    let stream = client
+        .copy_out("COPY (SELECT id, customer, amount, status, created, note FROM orders) TO STDOUT (FORMAT binary)")
+        .await
+        .unwrap();
+    futures::pin_mut!(stream);
+    let mut bytes = 0usize;
+    while let Some(chunk) = stream.next().await {
+        bytes += chunk.unwrap().len();
+    }
+    let copy_seconds = began.elapsed().as_secs_f64();
+
+    // (s-b) floe's initial snapshot.
+    let job = job(&dir, &config, &db, &catalog.uri);
+    let log = dir.join("floe.log");
+    let snapshot = run_floe(&job, &log, async || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("initial snapshot committed")
+    })
+    .await;
+
+    // A second slot at the same point for pg_recvlogical, then the changes.
+    client
+        .batch_execute("SELECT pg_create_logical_replication_slot('bench_recv', 'pgoutput')")
+        .await
+        .unwrap();
+    let began = Instant::now();
+    let per_txn = 1000usize;
+    client
+        .batch_execute(&format!(
+            "DO $$ DECLARE n bigint := {rows}; BEGIN
+               FOR t IN 0..{} LOOP
+                 -- 500 inserts, 400 updates, 100 deletes per transaction
+                 INSERT INTO orders SELECT n + g, g % 10000, g / 100.0, 'new', now(), 'later ' || g
+                   FROM generate_series(1, 500) g;
+                 UPDATE orders SET status = 'paid', amount = amount + 1
+                   WHERE id > t * 400 AND id <= t * 400 + 400;
+                 DELETE FROM orders WHERE id > {rows} / 2 + t * 100 AND id <= {rows} / 2 + t * 100 + 100;
+                 n := n + 500;
+                 COMMIT;
+               END LOOP;
+             END $$",
+            changes / per_txn - 1
+        ))
+        .await
+        .unwrap();
+    let end: String = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    eprintln!(
+        "cdc bench: {changes} changes in {} transactions written in {:.1} s, WAL end {end}",
+        changes / per_txn,
+        began.elapsed().as_secs_f64()
+    );
+
+    // (a) pg_recvlogical decoding the same WAL to /dev/null.
+    let (host, port, user) = (
+        match &config.get_hosts()[0] {
+            tokio_postgres::config::Host::Tcp(h) => h.clone(),
+            #[allow(unreachable_patterns)]
+            _ => "127.0.0.1".into(),
+        },
+        config.get_ports().first().copied().unwrap_or(5432),
+        config.get_user().unwrap_or("postgres").to_string(),
+    );
+    let began = Instant::now();
+    let status = Command::new(Path::new(&pg_bin).join("pg_recvlogical"))
+        .args([
+            "-h",
+            &host,
+            "-p",
+            &port.to_string(),
+            "-U",
+            &user,
+            "-d",
+            &db,
+            "--slot",
+            "bench_recv",
+            "--start",
+            "--endpos",
+            &end,
+            "-o",
+            "proto_version=1",
+            "-o",
+            "publication_names=bench",
+            "--no-loop",
+            "-f",
+            "/dev/null",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success(), "pg_recvlogical failed");
+    let recv_seconds = began.elapsed().as_secs_f64();
+
+    // (b) floe streaming the same WAL to committed Iceberg.
+    let stream_log = dir.join("floe-stream.log");
+    let streaming = run_floe(&job, &stream_log, async || {
+        confirmed_reached(&client, "floe_bench", &end).await
+    })
+    .await;
+    let committed = std::fs::read_to_string(&stream_log)
+        .unwrap_or_default()
+        .matches("checkpoint committed")
+        .count();
+
+    let copy_rate = rows as f64 / copy_seconds;
+    let snapshot_rate = rows as f64 / snapshot.seconds;
+    let recv_rate = changes as f64 / recv_seconds;
+    let floe_rate = changes as f64 / streaming.seconds;
+    println!("\n== Postgres CDC benchmark: {rows} rows, then {changes} changed rows ==");
+    println!(
+        "(s-a) COPY … (FORMAT binary) to nothing          {copy_rate:>12.0} rows/s  ({copy_seconds:.2} s, {:.0} MiB)",
+        bytes as f64 / 1048576.0
+    );
+    println!(
+        "(s-b) floe initial snapshot → committed Iceberg  {snapshot_rate:>12.0} rows/s  ({:.2} s, {:.1} CPU s, {:.0} MiB RSS) = {:.2} × (s-a)",
+        snapshot.seconds,
+        snapshot.cpu,
+        snapshot.rss,
+        snapshot_rate / copy_rate
+    );
+    println!(
+        "(a)   pg_recvlogical (pgoutput) to /dev/null      {recv_rate:>12.0} changes/s ({recv_seconds:.2} s)"
+    );
+    println!(
+        "(b)   floe WAL → committed Iceberg, 2 s checkpoints {floe_rate:>10.0} changes/s ({:.2} s incl. start, {committed} checkpoints, {:.1} CPU s, {:.0} MiB RSS) = {:.2} × (a)",
+        streaming.seconds,
+        streaming.cpu,
+        streaming.rss,
+        floe_rate / recv_rate
+    );
+    drop(catalog);
+    let _ = client
+        .batch_execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+             WHERE slot_name IN ('bench_recv', 'floe_bench')",
+        )
+        .await;
+    let _ = admin
+        .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
+        .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

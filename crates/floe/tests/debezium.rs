@@ -1,0 +1,380 @@
+//! Debezium change events from a real Kafka broker into Iceberg through `floe run`
+//! (`format = "debezium-json"`), read back by DuckDB:
+//!
+//! * `<prefix>.public.customers` with the JsonConverter schema envelope — snapshot reads,
+//!   inserts, updates (one carrying the TOAST placeholder with a full `before`), a key change
+//!   (delete + tombstone + insert), a delete with its tombstone, a replayed older event, and
+//!   Debezium logical types (Decimal, Date, ZonedTimestamp, MicroTimestamp, Uuid, arrays);
+//! * `<prefix>.inventory.orders` without the envelope — types inferred from values — and a
+//!   truncate;
+//!
+//! in two runs of the job (the second resumes from the offsets committed in Iceberg, and
+//! replays nothing). Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON`.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use floe_lake::marker::newest_marker;
+use iceberg::TableIdent;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde_json::{Value, json};
+
+mod support;
+use support::{python, service, start_catalog, temp_dir};
+
+fn row_fields() -> Value {
+    json!([
+        {"type": "int32", "optional": false, "field": "id"},
+        {"type": "string", "optional": true, "field": "name"},
+        {"type": "bytes", "optional": true, "name": "org.apache.kafka.connect.data.Decimal",
+         "version": 1, "parameters": {"scale": "2", "connect.decimal.precision": "10"}, "field": "balance"},
+        {"type": "int32", "optional": true, "name": "io.debezium.time.Date", "version": 1, "field": "born"},
+        {"type": "string", "optional": true, "name": "io.debezium.time.ZonedTimestamp", "version": 1, "field": "updated_at"},
+        {"type": "int64", "optional": true, "name": "io.debezium.time.MicroTimestamp", "version": 1, "field": "seen"},
+        {"type": "string", "optional": true, "field": "note"},
+        {"type": "array", "optional": true, "items": {"type": "string", "optional": true}, "field": "tags"},
+        {"type": "boolean", "optional": true, "field": "active"},
+        {"type": "string", "optional": true, "name": "io.debezium.data.Uuid", "version": 1, "field": "uid"}
+    ])
+}
+
+/// A customers event with the schema envelope.
+fn customer_event(op: &str, before: Value, after: Value, lsn: u64) -> Value {
+    let row = |field: &str| {
+        json!({"type": "struct", "fields": row_fields(), "optional": true,
+               "name": "dbz.public.customers.Value", "field": field})
+    };
+    json!({
+        "schema": {"type": "struct", "name": "dbz.public.customers.Envelope", "optional": false,
+            "fields": [row("before"), row("after"),
+                {"type": "struct", "field": "source", "optional": false, "fields": [
+                    {"type": "string", "field": "connector"}, {"type": "int64", "field": "lsn", "optional": true},
+                    {"type": "string", "field": "sequence", "optional": true}]},
+                {"type": "string", "field": "op"}, {"type": "int64", "field": "ts_ms", "optional": true}]},
+        "payload": {"before": before, "after": after, "op": op, "ts_ms": 1_700_000_000_000u64,
+            "source": {"connector": "postgresql", "db": "shop", "schema": "public", "table": "customers",
+                "snapshot": if op == "r" { "true" } else { "false" }, "lsn": lsn,
+                "sequence": format!("[\"{}\",\"{lsn}\"]", lsn.saturating_sub(1))}}
+    })
+}
+
+fn customer_key(id: i32) -> Value {
+    json!({"schema": {"type": "struct", "name": "dbz.public.customers.Key", "optional": false,
+        "fields": [{"type": "int32", "optional": false, "field": "id"}]}, "payload": {"id": id}})
+}
+
+fn customer(id: i32, name: &str, balance_b64: &str, note: &str) -> Value {
+    json!({"id": id, "name": name, "balance": balance_b64, "born": 19_723,
+        "updated_at": "2024-01-01T10:00:00.25+02:00", "seen": 1_704_067_200_000_001i64,
+        "note": note, "tags": ["a", null, "b,c"], "active": id % 2 == 0,
+        "uid": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"})
+}
+
+fn order(id: i64, item: &str, qty: i64, price: f64) -> Value {
+    json!({"id": id, "item": item, "qty": qty, "price": price, "meta": {"gift": id % 2 == 0}})
+}
+
+fn order_event(op: &str, before: Value, after: Value) -> Value {
+    json!({"before": before, "after": after, "op": op,
+        "source": {"connector": "postgresql", "schema": "inventory", "table": "orders"}})
+}
+
+async fn send(producer: &FutureProducer, topic: &str, key: &Value, value: Option<&Value>) {
+    let key = key.to_string();
+    let value = value.map(|v| v.to_string());
+    let mut record = FutureRecord::<String, String>::to(topic)
+        .key(&key)
+        .partition(0);
+    if let Some(v) = &value {
+        record = record.payload(v);
+    }
+    producer
+        .send(record, Duration::from_secs(10))
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+}
+
+fn run_until_caught_up(
+    job: &Path,
+    log: &Path,
+    client: &floe_lake::rest::CatalogClient,
+    ends: &[(String, i64)],
+) -> impl std::future::Future<Output = ()> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["run", job.to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let log = log.to_path_buf();
+    let ends = ends.to_vec();
+    let client = client.clone();
+    async move {
+        let anchor = TableIdent::from_strs(["dbz", "floe_dead_letters"]).unwrap();
+        let began = Instant::now();
+        loop {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "floe stopped: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            let done = match client.load_table(&anchor).await {
+                Ok(t) => newest_marker(&t.metadata, "dbz").is_some_and(|m| {
+                    ends.iter().all(|(topic, end)| {
+                        floe_core::position_of(&m.marker.positions, topic, 0) == Some(*end)
+                    })
+                }),
+                Err(_) => false,
+            };
+            if done {
+                break;
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(60),
+                "did not catch up: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_topics_become_upserted_tables() {
+    let (Some(brokers), Some(_)) = (
+        service("FLOE_TEST_KAFKA_BROKERS"),
+        service("FLOE_TEST_PYTHON"),
+    ) else {
+        return;
+    };
+    let dir = temp_dir("debezium");
+    let (catalog, client) = start_catalog(&dir).await;
+    let prefix = format!("dbz{}", uuid::Uuid::new_v4().simple());
+    let customers = format!("{prefix}.public.customers");
+    let orders = format!("{prefix}.inventory.orders");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .unwrap();
+    for result in admin
+        .create_topics(
+            &[
+                NewTopic::new(&customers, 1, TopicReplication::Fixed(1)),
+                NewTopic::new(&orders, 1, TopicReplication::Fixed(1)),
+            ],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap()
+    {
+        result.unwrap();
+    }
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .unwrap();
+
+    // 12.50 = "BOI=", 3.00 = "ASw=", 99.99 = "Jw8=".
+    let (b1250, b300, b9999) = ("BOI=", "ASw=", "Jw8=");
+    let big_note = "x".repeat(5000);
+    // Run 1: snapshot reads, an insert, updates, a delete with tombstone.
+    for id in 1..=3 {
+        send(
+            &producer,
+            &customers,
+            &customer_key(id),
+            Some(&customer_event(
+                "r",
+                Value::Null,
+                customer(id, &format!("c{id}"), b1250, &big_note),
+                100,
+            )),
+        )
+        .await;
+    }
+    send(
+        &producer,
+        &customers,
+        &customer_key(4),
+        Some(&customer_event(
+            "c",
+            Value::Null,
+            customer(4, "c4", b300, "short"),
+            200,
+        )),
+    )
+    .await;
+    // id 1: the note was not read (TOAST placeholder); the full before supplies it.
+    let mut updated = customer(1, "c1-renamed", b9999, "__debezium_unavailable_value");
+    updated["active"] = json!(true);
+    send(
+        &producer,
+        &customers,
+        &customer_key(1),
+        Some(&customer_event(
+            "u",
+            customer(1, "c1", b1250, &big_note),
+            updated,
+            300,
+        )),
+    )
+    .await;
+    // id 2 is deleted (before = key only), then its tombstone.
+    send(
+        &producer,
+        &customers,
+        &customer_key(2),
+        Some(&customer_event("d", json!({"id": 2}), Value::Null, 400)),
+    )
+    .await;
+    send(&producer, &customers, &customer_key(2), None).await;
+    // A replay of id 4's insert, older than what was applied: dropped.
+    send(
+        &producer,
+        &customers,
+        &customer_key(4),
+        Some(&customer_event(
+            "c",
+            Value::Null,
+            customer(4, "stale", b1250, "stale"),
+            150,
+        )),
+    )
+    .await;
+
+    for id in 1..=3 {
+        send(
+            &producer,
+            &orders,
+            &json!({"id": id}),
+            Some(&order_event("c", Value::Null, order(id, "book", id, 12.5))),
+        )
+        .await;
+    }
+    send(
+        &producer,
+        &orders,
+        &json!({"id": 2}),
+        Some(&order_event("u", Value::Null, order(2, "pen", 5, 1.25))),
+    )
+    .await;
+
+    let job = dir.join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "version = 1\nname = \"dbz\"\n[source.kafka]\nbrokers = \"{brokers}\"\n\
+             topics = [\"{customers}\", \"{orders}\"]\nformat = \"debezium-json\"\n\
+             group_id = \"{prefix}\"\n\
+             [catalog]\nuri = \"{}\"\nnamespace = \"dbz\"\n\
+             [checkpoint]\ninterval = \"1s\"\nstate_dir = \"{}\"\n\
+             [tables.\"inventory.orders\"]\nname = \"orders\"\n",
+            catalog.uri(),
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    let log = dir.join("floe.log");
+    run_until_caught_up(
+        &job,
+        &log,
+        &client,
+        &[(customers.clone(), 8), (orders.clone(), 4)],
+    )
+    .await;
+
+    // Run 2: a key change 3 → 30 (delete, tombstone, insert), and a truncate of orders
+    // followed by a new order.
+    send(
+        &producer,
+        &customers,
+        &customer_key(3),
+        Some(&customer_event(
+            "d",
+            customer(3, "c3", b1250, &big_note),
+            Value::Null,
+            500,
+        )),
+    )
+    .await;
+    send(&producer, &customers, &customer_key(3), None).await;
+    send(
+        &producer,
+        &customers,
+        &customer_key(30),
+        Some(&customer_event(
+            "c",
+            Value::Null,
+            customer(30, "c3", b1250, &big_note),
+            501,
+        )),
+    )
+    .await;
+    send(
+        &producer,
+        &orders,
+        &json!({"id": 1}),
+        Some(&json!({"before": null, "after": null, "op": "t", "source": {}})),
+    )
+    .await;
+    send(
+        &producer,
+        &orders,
+        &json!({"id": 9}),
+        Some(&order_event("c", Value::Null, order(9, "lamp", 1, 40.0))),
+    )
+    .await;
+    run_until_caught_up(
+        &job,
+        &log,
+        &client,
+        &[(customers.clone(), 11), (orders.clone(), 6)],
+    )
+    .await;
+
+    let location = |table: &str| {
+        let client = client.clone();
+        let table = table.to_string();
+        async move {
+            client
+                .load_table(&TableIdent::from_strs(["dbz", &table]).unwrap())
+                .await
+                .unwrap()
+                .metadata_location
+                .unwrap()
+        }
+    };
+    let (c, o) = (location("customers").await, location("orders").await);
+    let out = python(&format!(
+        "import duckdb_offline\ncon = duckdb_offline.connect()\n\
+         for r in con.sql(\"SELECT id, name, balance::varchar, born::varchar, epoch_us(updated_at), epoch_us(seen), length(note), array_to_string(list_transform(tags, x -> coalesce(x, '~')), '|'), active, uid::varchar FROM iceberg_scan('{c}') ORDER BY id\").fetchall(): print('C', *r)\n\
+         for r in con.sql(\"SELECT id, item, qty, price, meta FROM iceberg_scan('{o}') ORDER BY id\").fetchall(): print('O', *r)\n"
+    ));
+    let lines: Vec<&str> = out.lines().collect();
+    let ts = 1_704_096_000_250_000i64; // 2024-01-01T08:00:00.25Z
+    let seen = 1_704_067_200_000_001i64;
+    let uid = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11";
+    assert_eq!(
+        lines,
+        vec![
+            format!("C 1 c1-renamed 99.99 2024-01-01 {ts} {seen} 5000 a|~|b,c True {uid}"),
+            format!("C 4 c4 3.00 2024-01-01 {ts} {seen} 5 a|~|b,c True {uid}"),
+            format!("C 30 c3 12.50 2024-01-01 {ts} {seen} 5000 a|~|b,c True {uid}"),
+            "O 9 lamp 1 40.0 {\"gift\":false}".to_string(),
+        ],
+        "{out}"
+    );
+    catalog.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
