@@ -39,6 +39,9 @@ use crate::changes::{Change, ChangeBuffer, Column, Layout};
 use crate::pgoutput::{self, Message, OldTuple};
 use crate::types::{self, ColumnBuilder, PgType, TypeInfo};
 
+/// Reconnection attempts after the replication session breaks.
+const RECONNECT_ATTEMPTS: u32 = 8;
+
 /// Rows per snapshot batch.
 const SNAPSHOT_BATCH_ROWS: usize = 16 * 1024;
 
@@ -210,8 +213,8 @@ pub struct PostgresSource {
     position: u64,
     /// Changes taken but not yet acknowledged.
     uncommitted: bool,
-    /// Newest server WAL end seen in a keepalive while idle.
-    idle_wal_end: u64,
+    /// The LSN last acknowledged (committed in Iceberg), or the start position.
+    acknowledged: u64,
     /// Current transaction's commit LSN, while inside one.
     in_transaction: Option<u64>,
 }
@@ -265,7 +268,7 @@ impl PostgresSource {
             buffer: ChangeBuffer::default(),
             position: 0,
             uncommitted: false,
-            idle_wal_end: 0,
+            acknowledged: 0,
             in_transaction: None,
         };
         source.ensure_publication().await?;
@@ -633,6 +636,7 @@ impl PostgresSource {
         self.timeline = system.timeline;
         self.replication = Some(replication);
         self.position = committed_lsn;
+        self.acknowledged = committed_lsn;
         Ok(())
     }
 
@@ -652,6 +656,42 @@ impl PostgresSource {
             self.streaming = true;
         }
         Ok(())
+    }
+
+    /// The replication session broke: everything after the last acknowledged LSN is read
+    /// again on a new session (the slot resends it), so the buffer starts over. Retried with
+    /// backoff; gives up after [`RECONNECT_ATTEMPTS`].
+    async fn reconnect(&mut self, why: String) -> Result<(), SourceError> {
+        let mut pause = Duration::from_millis(500);
+        for attempt in 1..=RECONNECT_ATTEMPTS {
+            tracing::warn!(
+                slot = %self.config.slot,
+                error = %why,
+                attempt,
+                pause_ms = pause.as_millis() as u64,
+                "replication session lost; reconnecting from the last acknowledged LSN"
+            );
+            if let Some(mut old) = self.replication.take() {
+                old.abort();
+            }
+            self.streaming = false;
+            self.buffer = ChangeBuffer::default();
+            self.in_transaction = None;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(30));
+            match self.start_streaming(self.acknowledged).await {
+                Ok(()) => match self.ensure_started().await {
+                    Ok(()) => return Ok(()),
+                    Err(e) if attempt == RECONNECT_ATTEMPTS => return Err(e),
+                    Err(e) => tracing::warn!(error = %e, "START_REPLICATION failed"),
+                },
+                Err(e) if attempt == RECONNECT_ATTEMPTS => return Err(e),
+                Err(e) => tracing::warn!(error = %e, "reconnecting failed"),
+            }
+        }
+        Err(SourceError(format!(
+            "postgres: the replication session could not be restored: {why}"
+        )))
     }
 
     fn positions(&self) -> Positions {
@@ -1063,9 +1103,14 @@ impl ChangeSource for PostgresSource {
                 Err(_) => return Ok(()),
                 Ok(Ok(Some(event))) => event,
                 Ok(Ok(None)) => {
-                    return Err(SourceError("postgres: the replication stream ended".into()));
+                    self.reconnect("the server ended the replication stream".into())
+                        .await?;
+                    continue;
                 }
-                Ok(Err(e)) => return Err(err("replication stream", e)),
+                Ok(Err(e)) => {
+                    self.reconnect(e.to_string()).await?;
+                    continue;
+                }
             };
             match event {
                 ReplicationEvent::Begin { final_lsn, .. } => {
@@ -1078,7 +1123,6 @@ impl ChangeSource for PostgresSource {
                 }
                 ReplicationEvent::KeepAlive { wal_end, .. } => {
                     if self.in_transaction.is_none() {
-                        self.idle_wal_end = self.idle_wal_end.max(wal_end.as_u64());
                         if self.buffer.is_empty() && !self.uncommitted {
                             replication.update_applied_lsn(wal_end);
                         }
@@ -1156,6 +1200,7 @@ impl ChangeSource for PostgresSource {
         if lsn.as_u64() >= self.position {
             self.uncommitted = false;
         }
+        self.acknowledged = self.acknowledged.max(lsn.as_u64());
         if let Some(replication) = &self.replication {
             replication.update_applied_lsn(lsn);
         }

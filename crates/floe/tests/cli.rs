@@ -24,6 +24,8 @@ fn example_jobs_validate() {
         "validate",
         jobs.join("otlp.toml").to_str().unwrap(),
         jobs.join("quickstart.toml").to_str().unwrap(),
+        jobs.join("postgres-cdc.toml").to_str().unwrap(),
+        jobs.join("debezium.toml").to_str().unwrap(),
     ]);
     assert!(
         out.status.success(),
@@ -65,6 +67,40 @@ fn bad_job_files_are_refused_with_their_place() {
     let out = floe(&["validate", syntax.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{}:2:", syntax.display())));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_cdc_job_files_are_refused_with_their_place() {
+    let dir = temp_dir("cli-cdc");
+    let pg = dir.join("pg.toml");
+    std::fs::write(
+        &pg,
+        "version = 1\nname = \"x\"\n[source.postgres]\nport = 70000\nssl_mode = \"maybe\"\n\
+         slot = \"Bad-Slot\"\nsnapshot_parallelism = 0\n[catalog]\nuri = \"http://x\"\n\
+         [tables.orders]\n",
+    )
+    .unwrap();
+    let dbz = dir.join("dbz.toml");
+    std::fs::write(
+        &dbz,
+        "version = 1\nname = \"x\"\n[source.kafka]\nformat = \"debezium-json\"\n\
+         [catalog]\nuri = \"http://x\"\n",
+    )
+    .unwrap();
+    let out = floe(&["validate", pg.to_str().unwrap(), dbz.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        format!("{}:4:8: a port is 1 to 65535", pg.display()),
+        format!("{}:5:12: ssl_mode is one of", pg.display()),
+        format!("{}:6:8: a replication slot name is", pg.display()),
+        format!("{}:7:24: snapshot_parallelism is 1 to 64", pg.display()),
+        format!("{}:10:9: a CDC table is named `schema.table`", pg.display()),
+        format!("{}:4:10: format \"debezium-json\" needs `topics`", dbz.display()),
+    ] {
+        assert!(stderr.contains(&expected), "missing {expected:?} in\n{stderr}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -108,6 +108,11 @@ fn canonical(table: &str, duckdb: bool) -> String {
             c("amount::text", "amount::varchar"),
         ],
         "scratch" => vec![c("k::text", "k::varchar"), c("v::text", "v::varchar")],
+        "items" => vec![
+            c("id::text", "id::varchar"),
+            c("qty::text", "qty::varchar"),
+            c("label", "label"),
+        ],
         "big" => vec![
             c("id::text", "id::varchar"),
             c("v::text", "v::varchar"),
@@ -583,6 +588,118 @@ async fn a_million_row_snapshot_meets_the_stream_without_gap_or_duplicate() {
     );
     eprintln!(
         "boundary: {rows} rows equal after {changes} rounds of changes during and after the copy"
+    );
+    catalog.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_the_job() {
+    let (Some(url), Some(_)) = (service("FLOE_TEST_PG_URL"), service("FLOE_TEST_PYTHON")) else {
+        return;
+    };
+    let dir = temp_dir("pg-schema");
+    let (catalog, client) = start_catalog(&dir).await;
+    let db = Database::create(&url, "schema").await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE items (id int PRIMARY KEY, qty int);
+             INSERT INTO items SELECT g, g FROM generate_series(1, 100) g;",
+        )
+        .await
+        .unwrap();
+    let job = job_file(&dir, &db, &catalog.uri(), "");
+    let log = dir.join("floe.log");
+    let mut child = spawn_floe(&job, &log);
+    let slot = format!("floe_{}", db.name);
+    let wait_for = |what: &'static str| {
+        let log = log.clone();
+        async move {
+            let began = Instant::now();
+            while !std::fs::read_to_string(&log).unwrap_or_default().contains(what) {
+                assert!(began.elapsed() < Duration::from_secs(60), "no {what:?} in the log");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    wait_for("initial snapshot committed").await;
+    // The walsender is terminated three times while changes come in.
+    for round in 0..3 {
+        db.client
+            .batch_execute(&format!(
+                "UPDATE items SET qty = qty + 1 WHERE id % 3 = {round};
+                 INSERT INTO items VALUES ({}, 0);
+                 DELETE FROM items WHERE id = {};",
+                200 + round,
+                10 + round
+            ))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        db.client
+            .batch_execute(&format!(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots \
+                 WHERE slot_name = '{slot}' AND active_pid IS NOT NULL"
+            ))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    // A column is added and filled.
+    db.client
+        .batch_execute(
+            "ALTER TABLE items ADD COLUMN label varchar(20);
+             UPDATE items SET label = 'item ' || id WHERE id <= 20;
+             INSERT INTO items VALUES (300, 3, 'new');",
+        )
+        .await
+        .unwrap();
+    let target = db.wal_lsn().await;
+    let began = Instant::now();
+    while !db.slot_reached(&slot, &target).await {
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "did not catch up: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        assert!(child.try_wait().unwrap().is_none(), "floe stopped");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, rows, missing, unexpected) = compare(&db, &client, &dir, &["items"]).await.remove(0);
+    assert_eq!((missing, unexpected), (0, 0), "{rows} rows");
+    assert!(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("replication session lost; reconnecting"),
+        "the job reconnected"
+    );
+
+    // A type change cannot be followed: the job stops, naming it, and commits nothing after.
+    db.client
+        .batch_execute(
+            "ALTER TABLE items ALTER COLUMN qty TYPE bigint;
+             UPDATE items SET qty = 1000 WHERE id = 1;",
+        )
+        .await
+        .unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(began.elapsed() < Duration::from_secs(180), "the job did not stop");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(!status.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("column qty of public.items changed type"),
+        "{text}"
+    );
+    let (_, _, missing, _) = compare(&db, &client, &dir, &["items"]).await.remove(0);
+    assert_eq!(missing, 1, "the row changed after the type change is not in Iceberg");
+    assert!(
+        !db.slot_reached(&slot, &db.wal_lsn().await).await,
+        "the slot still holds the change"
     );
     catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
