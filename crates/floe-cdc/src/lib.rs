@@ -10,6 +10,7 @@
 //! * [`changes`] — the per-key collapsing change buffer shared by the sources.
 
 pub mod changes;
+mod copy;
 pub mod debezium;
 pub mod pgoutput;
 pub mod postgres;

@@ -29,21 +29,18 @@ use std::time::{Duration, Instant};
 use arrow_array::RecordBatch;
 use bytes::Bytes;
 use floe_core::{ChangeSource, ChangeStart, ChangeTable, Positions, SourceError, TableChanges};
-use futures::StreamExt;
 use iceberg::spec::{NestedField, Schema};
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent, TlsConfig};
 use tokio::sync::mpsc;
 use tokio_postgres::NoTls;
 
 use crate::changes::{Change, ChangeBuffer, Column, Layout};
+use crate::copy::CopyTable;
 use crate::pgoutput::{self, Message, OldTuple};
-use crate::types::{self, ColumnBuilder, PgType, TypeInfo};
+use crate::types::{self, PgType, TypeInfo};
 
 /// Reconnection attempts after the replication session breaks.
 const RECONNECT_ATTEMPTS: u32 = 8;
-
-/// Rows per snapshot batch.
-const SNAPSHOT_BATCH_ROWS: usize = 16 * 1024;
 
 /// Position keys in commit markers.
 pub const LSN: &str = "pg.lsn";
@@ -148,6 +145,8 @@ struct PgTable {
     name: String,
     iceberg_name: String,
     layout: Layout,
+    /// The select list of the initial binary `COPY` (see [`types::copy_expression`]).
+    copy_columns: Vec<String>,
     /// Every column the Iceberg table has: `layout` plus columns dropped at the source since
     /// the job started (kept, NULL from then on). `None` while equal to `layout`.
     layout_union: Option<Layout>,
@@ -409,6 +408,7 @@ impl PostgresSource {
             .await
             .map_err(db)?;
         let mut layout = Vec::new();
+        let mut copy_columns = Vec::new();
         let mut problems = Vec::new();
         let mut toastable = Vec::new();
         for row in &columns {
@@ -428,6 +428,7 @@ impl PostgresSource {
                     if storage == "x" || storage == "e" {
                         toastable.push(column.clone());
                     }
+                    copy_columns.push(types::copy_expression(&quote(&column), ty, &type_name));
                     layout.push(Column {
                         key: keys.contains(&column),
                         name: column,
@@ -493,6 +494,7 @@ impl PostgresSource {
             name: name.to_string(),
             iceberg_name,
             layout: Arc::new(layout),
+            copy_columns,
             layout_union: None,
             iceberg,
             committed_end: 0,
@@ -590,7 +592,15 @@ impl PostgresSource {
                 loop {
                     let next = queue.lock().expect("queue lock").pop_front();
                     let Some(index) = next else { break };
-                    if let Err(e) = copy_table(&client, index, &tables[index], &tx).await {
+                    let table = &tables[index];
+                    let copy = CopyTable {
+                        index,
+                        name: table.qualified(),
+                        from: table.quoted(),
+                        select: &table.copy_columns,
+                        layout: &table.layout,
+                    };
+                    if let Err(e) = copy.run(&client, &tx).await {
                         let _ = tx.send(Err(e)).await;
                         return;
                     }
@@ -858,151 +868,6 @@ pub struct SlotState {
     pub active: bool,
 }
 
-/// Splits a `COPY … TO STDOUT` text-format line into values (`\N` = NULL), undoing the
-/// backslash escapes.
-pub fn split_copy_line(line: &[u8]) -> Vec<Option<Vec<u8>>> {
-    let line = line.strip_suffix(b"\n").unwrap_or(line);
-    let mut out = Vec::new();
-    for field in line.split(|b| *b == b'\t') {
-        if field == b"\\N" {
-            out.push(None);
-            continue;
-        }
-        if !field.contains(&b'\\') {
-            out.push(Some(field.to_vec()));
-            continue;
-        }
-        let mut value = Vec::with_capacity(field.len());
-        let mut i = 0;
-        while i < field.len() {
-            let b = field[i];
-            i += 1;
-            if b != b'\\' || i == field.len() {
-                value.push(b);
-                continue;
-            }
-            let c = field[i];
-            i += 1;
-            match c {
-                b'b' => value.push(8),
-                b'f' => value.push(12),
-                b'n' => value.push(b'\n'),
-                b'r' => value.push(b'\r'),
-                b't' => value.push(b'\t'),
-                b'v' => value.push(11),
-                b'0'..=b'7' => {
-                    let mut n = (c - b'0') as u32;
-                    for _ in 0..2 {
-                        match field.get(i) {
-                            Some(d @ b'0'..=b'7') => {
-                                n = n * 8 + (d - b'0') as u32;
-                                i += 1;
-                            }
-                            _ => break,
-                        }
-                    }
-                    value.push(n as u8);
-                }
-                b'x' => {
-                    let mut n = 0u32;
-                    let mut digits = 0;
-                    while digits < 2 {
-                        match field.get(i).and_then(|d| (*d as char).to_digit(16)) {
-                            Some(d) => {
-                                n = n * 16 + d;
-                                i += 1;
-                                digits += 1;
-                            }
-                            None => break,
-                        }
-                    }
-                    value.push(n as u8);
-                }
-                other => value.push(other),
-            }
-        }
-        out.push(Some(value));
-    }
-    out
-}
-
-async fn copy_table(
-    client: &tokio_postgres::Client,
-    index: usize,
-    table: &PgTable,
-    tx: &mpsc::Sender<Result<(usize, RecordBatch), SourceError>>,
-) -> Result<(), SourceError> {
-    let columns: Vec<String> = table.layout.iter().map(|c| quote(&c.name)).collect();
-    let sql = format!(
-        "COPY (SELECT {} FROM {}) TO STDOUT",
-        columns.join(", "),
-        table.quoted()
-    );
-    let began = Instant::now();
-    let stream = client
-        .copy_out(&sql)
-        .await
-        .map_err(|e| err(&format!("copying {}", table.qualified()), e))?;
-    futures::pin_mut!(stream);
-    let new_builders = || -> Vec<ColumnBuilder> {
-        table
-            .layout
-            .iter()
-            .map(|c| ColumnBuilder::new(c.ty, SNAPSHOT_BATCH_ROWS))
-            .collect()
-    };
-    let mut builders = new_builders();
-    let mut rows = 0usize;
-    let mut total = 0u64;
-    let flush = |builders: &mut Vec<ColumnBuilder>| -> Result<RecordBatch, SourceError> {
-        let arrays: Vec<arrow_array::ArrayRef> = builders.iter_mut().map(|b| b.finish()).collect();
-        let fields: Vec<arrow_schema::Field> = table
-            .layout
-            .iter()
-            .zip(&arrays)
-            .map(|(c, a)| arrow_schema::Field::new(&c.name, a.data_type().clone(), true))
-            .collect();
-        RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), arrays)
-            .map_err(|e| err("snapshot batch", e))
-    };
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| err(&format!("copying {}", table.qualified()), e))?;
-        for line in chunk.split_inclusive(|b| *b == b'\n') {
-            let values = split_copy_line(line);
-            for ((b, v), c) in builders.iter_mut().zip(&values).zip(table.layout.iter()) {
-                b.append(v.as_deref()).map_err(|e| {
-                    SourceError(format!(
-                        "postgres: table {}, column {}: {e}",
-                        table.qualified(),
-                        c.name
-                    ))
-                })?;
-            }
-            rows += 1;
-            if rows == SNAPSHOT_BATCH_ROWS {
-                total += rows as u64;
-                rows = 0;
-                let batch = flush(&mut builders)?;
-                if tx.send(Ok((index, batch))).await.is_err() {
-                    return Ok(());
-                }
-            }
-        }
-    }
-    if rows > 0 {
-        total += rows as u64;
-        let batch = flush(&mut builders)?;
-        let _ = tx.send(Ok((index, batch))).await;
-    }
-    tracing::info!(
-        table = %table.qualified(),
-        rows = total,
-        seconds = began.elapsed().as_secs_f64(),
-        "table copied"
-    );
-    Ok(())
-}
-
 impl ChangeSource for PostgresSource {
     fn tables(&self) -> Vec<ChangeTable> {
         self.tables
@@ -1210,20 +1075,6 @@ impl ChangeSource for PostgresSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn copy_lines_unescape() {
-        let line = b"1\t\\N\ta\\tb\\\\c\\n\t\\101\\x42\n";
-        assert_eq!(
-            split_copy_line(line),
-            vec![
-                Some(b"1".to_vec()),
-                None,
-                Some(b"a\tb\\c\n".to_vec()),
-                Some(b"AB".to_vec())
-            ]
-        );
-    }
 
     #[test]
     fn iceberg_schema_keys_are_required_identifiers() {

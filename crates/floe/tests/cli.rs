@@ -97,9 +97,15 @@ fn bad_cdc_job_files_are_refused_with_their_place() {
         format!("{}:6:8: a replication slot name is", pg.display()),
         format!("{}:7:24: snapshot_parallelism is 1 to 64", pg.display()),
         format!("{}:10:9: a CDC table is named `schema.table`", pg.display()),
-        format!("{}:4:10: format \"debezium-json\" needs `topics`", dbz.display()),
+        format!(
+            "{}:4:10: format \"debezium-json\" needs `topics`",
+            dbz.display()
+        ),
     ] {
-        assert!(stderr.contains(&expected), "missing {expected:?} in\n{stderr}");
+        assert!(
+            stderr.contains(&expected),
+            "missing {expected:?} in\n{stderr}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

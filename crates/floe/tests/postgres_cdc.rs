@@ -125,6 +125,7 @@ fn canonical(table: &str, duckdb: bool) -> String {
 
 /// A fresh database on the test cluster, and how to reach it.
 struct Database {
+    admin: tokio_postgres::Client,
     name: String,
     host: String,
     port: u16,
@@ -160,8 +161,27 @@ impl Database {
             port: config.get_ports().first().copied().unwrap_or(5432),
             user: config.get_user().unwrap_or("postgres").to_string(),
             client: connect(&config).await,
+            admin,
             name,
         }
+    }
+
+    /// Drops the database and its replication slots (slots outlive a database's sessions and
+    /// count against the cluster's `max_replication_slots`).
+    async fn remove(self) {
+        self.admin
+            .execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                 WHERE database = $1 AND NOT active",
+                &[&self.name],
+            )
+            .await
+            .unwrap();
+        drop(self.client);
+        self.admin
+            .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
+            .await
+            .unwrap();
     }
 
     async fn session(&self) -> tokio_postgres::Client {
@@ -514,6 +534,7 @@ async fn postgres_changes_land_exactly_once_through_kill_9() {
          DuckDB equals Postgres on {tables:?}",
         count.load(Ordering::Relaxed)
     );
+    db.remove().await;
     catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -589,6 +610,7 @@ async fn a_million_row_snapshot_meets_the_stream_without_gap_or_duplicate() {
     eprintln!(
         "boundary: {rows} rows equal after {changes} rounds of changes during and after the copy"
     );
+    db.remove().await;
     catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -616,8 +638,14 @@ async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_
         let log = log.clone();
         async move {
             let began = Instant::now();
-            while !std::fs::read_to_string(&log).unwrap_or_default().contains(what) {
-                assert!(began.elapsed() < Duration::from_secs(60), "no {what:?} in the log");
+            while !std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains(what)
+            {
+                assert!(
+                    began.elapsed() < Duration::from_secs(60),
+                    "no {what:?} in the log"
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
@@ -686,7 +714,10 @@ async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
-        assert!(began.elapsed() < Duration::from_secs(180), "the job did not stop");
+        assert!(
+            began.elapsed() < Duration::from_secs(180),
+            "the job did not stop"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(!status.success());
@@ -696,11 +727,15 @@ async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_
         "{text}"
     );
     let (_, _, missing, _) = compare(&db, &client, &dir, &["items"]).await.remove(0);
-    assert_eq!(missing, 1, "the row changed after the type change is not in Iceberg");
+    assert_eq!(
+        missing, 1,
+        "the row changed after the type change is not in Iceberg"
+    );
     assert!(
         !db.slot_reached(&slot, &db.wal_lsn().await).await,
         "the slot still holds the change"
     );
+    db.remove().await;
     catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -740,6 +775,7 @@ async fn tables_floe_cannot_follow_are_refused_by_name() {
         stderr.contains("ALTER TABLE public.toasty REPLICA IDENTITY FULL"),
         "{stderr}"
     );
+    db.remove().await;
     catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
