@@ -987,10 +987,9 @@ impl ChangeSource for PostgresSource {
                     self.position = self.position.max(end_lsn.as_u64());
                 }
                 ReplicationEvent::KeepAlive { wal_end, .. } => {
-                    if self.in_transaction.is_none() {
-                        if self.buffer.is_empty() && !self.uncommitted {
-                            replication.update_applied_lsn(wal_end);
-                        }
+                    if self.in_transaction.is_none() && self.buffer.is_empty() && !self.uncommitted
+                    {
+                        replication.update_applied_lsn(wal_end);
                     }
                 }
                 ReplicationEvent::Message { .. } => {}
