@@ -21,6 +21,8 @@ use crate::types::ColumnBuilder;
 
 /// Rows per snapshot batch.
 const BATCH_ROWS: usize = 16 * 1024;
+/// A progress line about every this many rows of a table.
+const PROGRESS_ROWS: u64 = 1_000_000;
 
 const SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
 
@@ -179,6 +181,14 @@ impl CopyTable<'_> {
                     .is_err()
                 {
                     return Ok(());
+                }
+                if total % PROGRESS_ROWS < BATCH_ROWS as u64 {
+                    tracing::info!(
+                        table = %self.name,
+                        rows = total,
+                        rows_per_second = (total as f64 / began.elapsed().as_secs_f64()) as u64,
+                        "copying"
+                    );
                 }
             }
         }

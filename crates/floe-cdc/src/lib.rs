@@ -14,4 +14,5 @@ mod copy;
 pub mod debezium;
 pub mod pgoutput;
 pub mod postgres;
+mod tls;
 pub mod types;

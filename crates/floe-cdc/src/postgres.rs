@@ -228,25 +228,44 @@ impl std::fmt::Debug for PostgresSource {
 }
 
 async fn connect(config: &PostgresConfig) -> Result<tokio_postgres::Client, SourceError> {
-    if config.ssl_mode != SslMode::Disable {
-        return Err(SourceError(
-            "postgres: ssl_mode other than \"disable\" is supported for the replication \
-             session only; catalog and snapshot sessions need TLS support that is not built \
-             in yet"
-                .into(),
-        ));
-    }
-    let (client, connection) = config.tokio_config().connect(NoTls).await.map_err(|e| {
+    // The causes say what went wrong (a TLS handshake error names the certificate problem).
+    let failed = |e: tokio_postgres::Error| {
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
         err(
             &format!("cannot connect to {}:{}", config.host, config.port),
-            e,
+            message,
         )
-    })?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "postgres connection ended");
+    };
+    let tls = crate::tls::connector(&config.ssl_mode, config.ssl_root_cert.as_deref())
+        .map_err(|e| SourceError(format!("postgres: TLS: {e}")))?;
+    let mut settings = config.tokio_config();
+    let client = match tls {
+        None => {
+            let (client, connection) = settings.connect(NoTls).await.map_err(failed)?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "postgres connection ended");
+                }
+            });
+            client
         }
-    });
+        Some(tls) => {
+            settings.ssl_mode(tokio_postgres::config::SslMode::Require);
+            let (client, connection) = settings.connect(tls).await.map_err(failed)?;
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "postgres connection ended");
+                }
+            });
+            client
+        }
+    };
     Ok(client)
 }
 

@@ -184,6 +184,19 @@ impl Database {
             .unwrap();
     }
 
+    /// The job files' slot.
+    fn slot(&self) -> String {
+        format!("floe_{}", self.name)
+    }
+
+    async fn data_directory(&self) -> String {
+        self.admin
+            .query_one("SHOW data_directory", &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
     async fn session(&self) -> tokio_postgres::Client {
         let mut config = tokio_postgres::Config::new();
         config
@@ -450,31 +463,68 @@ fn kills() -> usize {
         .unwrap_or(20)
 }
 
-/// Runs `floe` until the slot has confirmed everything written so far, then stops it cleanly.
-async fn catch_up(db: &Database, job: &Path, log: &Path) {
+/// Waits until the job's slot has confirmed everything written so far; fails if `child`
+/// (the job) exits first.
+async fn wait_caught_up(db: &Database, child: &mut Child, log: &Path) {
     let target = db.wal_lsn().await;
-    let child = spawn_floe(job, log);
-    let slot = format!("floe_{}", db.name);
     let began = Instant::now();
-    while !db.slot_reached(&slot, &target).await {
+    while !db.slot_reached(&db.slot(), &target).await {
+        let log_text = || std::fs::read_to_string(log).unwrap_or_default();
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "floe stopped: {}",
+            log_text()
+        );
         assert!(
             began.elapsed() < Duration::from_secs(240),
-            "the job did not catch up; log: {}",
-            std::fs::read_to_string(log).unwrap_or_default()
+            "the job did not catch up: {}",
+            log_text()
         );
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    terminate(child);
+}
+
+/// A catalog in this process, a fresh database, a temp dir; `None` (skip) without the
+/// services.
+struct Fixture {
+    dir: PathBuf,
+    catalog: floe_catalog::RunningCatalog,
+    client: CatalogClient,
+    db: Database,
+}
+
+impl Fixture {
+    async fn new(tag: &str) -> Option<Self> {
+        let (Some(url), Some(_)) = (service("FLOE_TEST_PG_URL"), service("FLOE_TEST_PYTHON"))
+        else {
+            return None;
+        };
+        let dir = temp_dir(&format!("pg-{tag}"));
+        let (catalog, client) = start_catalog(&dir).await;
+        let db = Database::create(&url, tag).await;
+        Some(Self {
+            dir,
+            catalog,
+            client,
+            db,
+        })
+    }
+
+    async fn finish(self) {
+        self.db.remove().await;
+        self.catalog.stop().await.unwrap();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_changes_land_exactly_once_through_kill_9() {
-    let (Some(url), Some(_)) = (service("FLOE_TEST_PG_URL"), service("FLOE_TEST_PYTHON")) else {
+    let Some(f) = Fixture::new("chaos").await else {
         return;
     };
-    let dir = temp_dir("pg-cdc");
-    let (catalog, client) = start_catalog(&dir).await;
-    let db = Database::create(&url, "chaos").await;
+    let Fixture {
+        dir, client, db, ..
+    } = &f;
     db.client.batch_execute(SCHEMA).await.unwrap();
     db.client
         .batch_execute(&format!(
@@ -486,7 +536,7 @@ async fn postgres_changes_land_exactly_once_through_kill_9() {
         .await
         .unwrap();
     let total = "20000";
-    let job = job_file(&dir, &db, &catalog.uri(), "replica_identity_full = true");
+    let job = job_file(dir, db, &f.catalog.uri(), "replica_identity_full = true");
     let log = dir.join("floe.log");
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -507,10 +557,12 @@ async fn postgres_changes_land_exactly_once_through_kill_9() {
     }
     stop.store(true, Ordering::Relaxed);
     load.await.unwrap();
-    catch_up(&db, &job, &log).await;
+    let mut child = spawn_floe(&job, &log);
+    wait_caught_up(db, &mut child, &log).await;
+    terminate(child);
 
     let tables = ["accounts", "wallets", "ledger", "scratch"];
-    for (table, rows, missing, unexpected) in compare(&db, &client, &dir, &tables).await {
+    for (table, rows, missing, unexpected) in compare(db, client, dir, &tables).await {
         assert_eq!(
             (missing, unexpected),
             (0, 0),
@@ -519,7 +571,7 @@ async fn postgres_changes_land_exactly_once_through_kill_9() {
         );
         assert!(rows > 0, "{table} has rows");
     }
-    let checkpoints = check_whole_transactions(&client, total).await;
+    let checkpoints = check_whole_transactions(client, total).await;
     assert!(
         checkpoints >= kills / 3,
         "checkpoints were committed across the kills ({checkpoints})"
@@ -534,19 +586,17 @@ async fn postgres_changes_land_exactly_once_through_kill_9() {
          DuckDB equals Postgres on {tables:?}",
         count.load(Ordering::Relaxed)
     );
-    db.remove().await;
-    catalog.stop().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    f.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_row_snapshot_meets_the_stream_without_gap_or_duplicate() {
-    let (Some(url), Some(_)) = (service("FLOE_TEST_PG_URL"), service("FLOE_TEST_PYTHON")) else {
+    let Some(f) = Fixture::new("boundary").await else {
         return;
     };
-    let dir = temp_dir("pg-snapshot");
-    let (catalog, client) = start_catalog(&dir).await;
-    let db = Database::create(&url, "boundary").await;
+    let Fixture {
+        dir, client, db, ..
+    } = &f;
     db.client
         .batch_execute(
             "CREATE TABLE big (id bigint PRIMARY KEY, v int NOT NULL, label varchar(20));
@@ -554,7 +604,7 @@ async fn a_million_row_snapshot_meets_the_stream_without_gap_or_duplicate() {
         )
         .await
         .unwrap();
-    let job = job_file(&dir, &db, &catalog.uri(), "");
+    let job = job_file(dir, db, &f.catalog.uri(), "");
     let log = dir.join("floe.log");
     let mut child = spawn_floe(&job, &log);
     // Changes while the copy runs and after: updates across the key range, inserts after it,
@@ -590,17 +640,9 @@ async fn a_million_row_snapshot_meets_the_stream_without_gap_or_duplicate() {
         changes += 1;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let target = db.wal_lsn().await;
-    let slot = format!("floe_{}", db.name);
-    while !db.slot_reached(&slot, &target).await {
-        assert!(
-            began.elapsed() < Duration::from_secs(400),
-            "did not catch up"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_caught_up(db, &mut child, &log).await;
     terminate(child);
-    let result = compare(&db, &client, &dir, &["big"]).await;
+    let result = compare(db, client, dir, &["big"]).await;
     let (_, rows, missing, unexpected) = &result[0];
     assert_eq!(
         (*missing, *unexpected),
@@ -610,19 +652,17 @@ async fn a_million_row_snapshot_meets_the_stream_without_gap_or_duplicate() {
     eprintln!(
         "boundary: {rows} rows equal after {changes} rounds of changes during and after the copy"
     );
-    db.remove().await;
-    catalog.stop().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    f.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_the_job() {
-    let (Some(url), Some(_)) = (service("FLOE_TEST_PG_URL"), service("FLOE_TEST_PYTHON")) else {
+    let Some(f) = Fixture::new("schema").await else {
         return;
     };
-    let dir = temp_dir("pg-schema");
-    let (catalog, client) = start_catalog(&dir).await;
-    let db = Database::create(&url, "schema").await;
+    let Fixture {
+        dir, client, db, ..
+    } = &f;
     db.client
         .batch_execute(
             "CREATE TABLE items (id int PRIMARY KEY, qty int);
@@ -630,10 +670,10 @@ async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_
         )
         .await
         .unwrap();
-    let job = job_file(&dir, &db, &catalog.uri(), "");
+    let job = job_file(dir, db, &f.catalog.uri(), "");
     let log = dir.join("floe.log");
     let mut child = spawn_floe(&job, &log);
-    let slot = format!("floe_{}", db.name);
+    let slot = db.slot();
     let wait_for = |what: &'static str| {
         let log = log.clone();
         async move {
@@ -682,18 +722,9 @@ async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_
         )
         .await
         .unwrap();
-    let target = db.wal_lsn().await;
+    wait_caught_up(db, &mut child, &log).await;
     let began = Instant::now();
-    while !db.slot_reached(&slot, &target).await {
-        assert!(
-            began.elapsed() < Duration::from_secs(120),
-            "did not catch up: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        assert!(child.try_wait().unwrap().is_none(), "floe stopped");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let (_, rows, missing, unexpected) = compare(&db, &client, &dir, &["items"]).await.remove(0);
+    let (_, rows, missing, unexpected) = compare(db, client, dir, &["items"]).await.remove(0);
     assert_eq!((missing, unexpected), (0, 0), "{rows} rows");
     assert!(
         std::fs::read_to_string(&log)
@@ -726,7 +757,7 @@ async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_
         text.contains("column qty of public.items changed type"),
         "{text}"
     );
-    let (_, _, missing, _) = compare(&db, &client, &dir, &["items"]).await.remove(0);
+    let (_, _, missing, _) = compare(db, client, dir, &["items"]).await.remove(0);
     assert_eq!(
         missing, 1,
         "the row changed after the type change is not in Iceberg"
@@ -735,19 +766,225 @@ async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_
         !db.slot_reached(&slot, &db.wal_lsn().await).await,
         "the slot still holds the change"
     );
-    db.remove().await;
-    catalog.stop().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    f.finish().await;
+}
+
+/// Runs `openssl` with `args` in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA (`{name}.crt`, `{name}.key`) in `dir`.
+fn certificate_authority(dir: &Path, name: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN={name}"),
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.crt"),
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sessions_verify_the_server_certificate() {
+    let Some(f) = Fixture::new("tls").await else {
+        return;
+    };
+    let Fixture {
+        dir, client, db, ..
+    } = &f;
+    // A CA, a server certificate for 127.0.0.1 signed by it, and an unrelated CA.
+    certificate_authority(dir, "ca");
+    certificate_authority(dir, "other");
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.crt",
+        ],
+    );
+    // The server writes the files itself (owned by its user, mode 0600), then turns TLS on.
+    for (file, target) in [
+        ("server.crt", "floe_test_server.crt"),
+        ("server.key", "floe_test_server.key"),
+    ] {
+        let pem = std::fs::read_to_string(dir.join(file)).unwrap();
+        // COPY takes no parameters; a PEM holds no `$`, so it fits a dollar-quoted literal.
+        assert!(!pem.contains('$'));
+        db.admin
+            .batch_execute(&format!(
+                "COPY (SELECT line FROM unnest(string_to_array(rtrim($pem${pem}$pem$, E'\\n'), \
+                 E'\\n')) AS line) TO '{}'",
+                db.data_directory().await + "/" + target
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("writing {target}: {e}"));
+    }
+    // The server refuses a key others may read; COPY wrote it 0644 (the test runs as root or
+    // as the server's user, so it may change that).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        Path::new(&db.data_directory().await).join("floe_test_server.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    // One statement per call: ALTER SYSTEM refuses a multi-statement (implicit) transaction.
+    for sql in [
+        "ALTER SYSTEM SET ssl_cert_file = 'floe_test_server.crt'",
+        "ALTER SYSTEM SET ssl_key_file = 'floe_test_server.key'",
+        "ALTER SYSTEM SET ssl = on",
+        "SELECT pg_reload_conf()",
+    ] {
+        db.admin.batch_execute(sql).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    db.client
+        .batch_execute(
+            "CREATE TABLE notes (id int PRIMARY KEY, body varchar(100));
+             INSERT INTO notes SELECT g, 'note ' || g FROM generate_series(1, 500) g;",
+        )
+        .await
+        .unwrap();
+
+    // The wrong CA: refused before anything is read.
+    let wrong = job_file(
+        dir,
+        db,
+        &f.catalog.uri(),
+        &format!(
+            "ssl_mode = \"verify-full\"\nssl_root_cert = \"{}\"",
+            dir.join("other.crt").display()
+        ),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["run", wrong.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
+
+    // The right CA: every session of the job is encrypted.
+    let job = job_file(
+        dir,
+        db,
+        &f.catalog.uri(),
+        &format!(
+            "ssl_mode = \"verify-full\"\nssl_root_cert = \"{}\"",
+            dir.join("ca.crt").display()
+        ),
+    );
+    // verify-full checks the name the job connects to: a host name (the replication client
+    // accepts no IP address there).
+    let text = std::fs::read_to_string(&job).unwrap();
+    std::fs::write(
+        &job,
+        text.replace("host = \"127.0.0.1\"", "host = \"localhost\""),
+    )
+    .unwrap();
+    let log = dir.join("floe.log");
+    let mut child = spawn_floe(&job, &log);
+    let began = Instant::now();
+    loop {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "floe stopped: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        assert!(began.elapsed() < Duration::from_secs(60), "not streaming");
+        let row = db
+            .admin
+            .query_one(
+                "SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl), \
+                   count(*) FILTER (WHERE a.backend_type = 'walsender' AND s.ssl) \
+                 FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+                 WHERE a.application_name = 'floe' AND a.datname = $1",
+                &[&db.name],
+            )
+            .await
+            .unwrap();
+        let (tls, plain, walsenders): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        if walsenders == 1 {
+            assert_eq!(plain, 0, "a session without TLS");
+            assert!(tls >= 2, "the catalog session and the walsender use TLS");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    db.client
+        .batch_execute("UPDATE notes SET body = 'changed' WHERE id <= 10")
+        .await
+        .unwrap();
+    wait_caught_up(db, &mut child, &log).await;
+    terminate(child);
+    let location = metadata_location(client, "notes").await;
+    let out = python(&format!(
+        "import duckdb_offline\ncon = duckdb_offline.connect()\n\
+         print(*con.sql(\"SELECT count(*), count(*) FILTER (WHERE body = 'changed') FROM iceberg_scan('{location}')\").fetchone())"
+    ));
+    assert_eq!(out.trim(), "500 10");
+    f.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tables_floe_cannot_follow_are_refused_by_name() {
-    let Some(url) = service("FLOE_TEST_PG_URL") else {
+    let Some(f) = Fixture::new("refuse").await else {
         return;
     };
-    let dir = temp_dir("pg-refuse");
-    let (catalog, _client) = start_catalog(&dir).await;
-    let db = Database::create(&url, "refuse").await;
+    let Fixture { dir, db, .. } = &f;
     db.client
         .batch_execute(
             "CREATE TABLE keyless (a int, b text);
@@ -756,7 +993,7 @@ async fn tables_floe_cannot_follow_are_refused_by_name() {
         )
         .await
         .unwrap();
-    let job = job_file(&dir, &db, &catalog.uri(), "");
+    let job = job_file(dir, db, &f.catalog.uri(), "");
     let out = Command::new(env!("CARGO_BIN_EXE_floe"))
         .args(["run", job.to_str().unwrap()])
         .output()
@@ -775,7 +1012,5 @@ async fn tables_floe_cannot_follow_are_refused_by_name() {
         stderr.contains("ALTER TABLE public.toasty REPLICA IDENTITY FULL"),
         "{stderr}"
     );
-    db.remove().await;
-    catalog.stop().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    f.finish().await;
 }
