@@ -35,7 +35,7 @@ use crate::deadletter;
 use crate::job::{JobConfig, PartitionField};
 use crate::metrics::JobMetrics;
 use crate::run::RunSummary;
-use crate::tables::{Wanted, conform, ensure_table};
+use crate::tables::{Wanted, arrow_schema, conform, ensure_table, writer_options};
 
 /// A followed table: its Iceberg table and writer settings.
 struct Followed {
@@ -83,23 +83,7 @@ impl<S: ChangeSource> ChangeJob<S> {
         source: S,
         metrics: JobMetrics,
     ) -> LakeResult<Self> {
-        let namespace = config.catalog.namespace.clone();
-        client.ensure_namespace(&[namespace.as_str()]).await?;
-        let anchor_options = writer_options(&config, 128 * 1024 * 1024);
-        let anchor = ensure_table(
-            &client,
-            &namespace,
-            &Wanted {
-                name: &config.dead_letter_table,
-                schema: &deadletter::schema(),
-                partition: &[PartitionField {
-                    column: "ts".into(),
-                    transform: iceberg::spec::Transform::Day,
-                }],
-                properties: &anchor_options.to_table_properties(),
-            },
-        )
-        .await?;
+        let (anchor, _) = deadletter::ensure_anchor(&client, &config).await?;
         let mut job = Self {
             writer_id: uuid::Uuid::now_v7().to_string(),
             config,
@@ -144,6 +128,8 @@ impl<S: ChangeSource> ChangeJob<S> {
             let options = writer_options(
                 config,
                 table_config.map_or(128 * 1024 * 1024, |t| t.target_file_size),
+                &[],
+                &[],
             );
             let mut properties = options.to_table_properties();
             if let Some(t) = table_config {
@@ -171,6 +157,7 @@ impl<S: ChangeSource> ChangeJob<S> {
         }
         Ok(())
     }
+
     /// Runs until `shutdown` is cancelled; then takes a final checkpoint.
     pub async fn run(mut self, shutdown: CancellationToken) -> LakeResult<RunSummary> {
         let anchor = self.client.load_table(&self.anchor.ident).await?;
@@ -231,7 +218,7 @@ impl<S: ChangeSource> ChangeJob<S> {
         let arrow: Vec<_> = self
             .tables
             .iter()
-            .map(|t| arrow_schema_of(&t.table))
+            .map(|t| arrow_schema(t.table.metadata.current_schema()))
             .collect::<LakeResult<_>>()?;
         let mut rows = vec![0u64; self.tables.len()];
         while let Some((index, batch)) = self.source.snapshot_batch().await.map_err(source_error)? {
@@ -380,22 +367,6 @@ impl<S: ChangeSource> ChangeJob<S> {
     }
 }
 
-fn writer_options(config: &JobConfig, target_file_size: u64) -> WriterOptions {
-    WriterOptions {
-        target_file_size: target_file_size as usize,
-        file_prefix: config.name.clone(),
-        zstd_level: 1,
-        ..WriterOptions::default()
-    }
-}
-
-fn arrow_schema_of(table: &LoadedTable) -> LakeResult<arrow_schema::SchemaRef> {
-    Ok(std::sync::Arc::new(
-        iceberg::arrow::schema_to_arrow_schema(table.metadata.current_schema())
-            .map_err(|e| LakeError::new(ErrorKind::Invalid, "table schema").with_source(e))?,
-    ))
-}
-
 /// One table's changes as files: equality deletes for the keys that may exist in older data,
 /// the final rows as data. Returns the delta and the rows written.
 async fn write_changes(followed: &Followed, change: TableChanges) -> LakeResult<(Delta, u64)> {
@@ -407,10 +378,7 @@ async fn write_changes(followed: &Followed, change: TableChanges) -> LakeResult<
     if let Some(deletes) = change.deletes {
         let key: Vec<&str> = followed.key.iter().map(String::as_str).collect();
         let (_, input) = equality_delete_input(&followed.table, &key)?;
-        let input = std::sync::Arc::new(
-            iceberg::arrow::schema_to_arrow_schema(&input)
-                .map_err(|e| LakeError::new(ErrorKind::Invalid, "key schema").with_source(e))?,
-        );
+        let input = arrow_schema(&input)?;
         let mut writer = EqualityDeleteWriter::equality(&followed.table, &followed.options, &key)?;
         writer.write(&conform(&deletes, &input)?).await?;
         delta.delete_files = writer.close().await?;
@@ -418,7 +386,10 @@ async fn write_changes(followed: &Followed, change: TableChanges) -> LakeResult<
     if let Some(batch) = change.rows {
         rows = batch.num_rows() as u64;
         let mut writer = DataWriter::data(&followed.table, &followed.options)?;
-        let batch: RecordBatch = conform(&batch, &arrow_schema_of(&followed.table)?)?;
+        let batch: RecordBatch = conform(
+            &batch,
+            &arrow_schema(followed.table.metadata.current_schema())?,
+        )?;
         writer.write(&batch).await?;
         delta.data_files = writer.close().await?;
     }

@@ -13,6 +13,36 @@ use arrow_array::builder::{
 use floe_core::SourceRecord;
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 
+/// Loads (creating it, and the job's namespace, if missing) the job's dead-letter table, and
+/// its writer settings.
+pub(crate) async fn ensure_anchor(
+    client: &floe_lake::rest::CatalogClient,
+    config: &crate::job::JobConfig,
+) -> floe_lake::LakeResult<(
+    floe_lake::rest::LoadedTable,
+    floe_lake::writer::WriterOptions,
+)> {
+    client
+        .ensure_namespace(&[config.catalog.namespace.as_str()])
+        .await?;
+    let options = crate::tables::writer_options(config, 128 * 1024 * 1024, &[], &[]);
+    let table = crate::tables::ensure_table(
+        client,
+        &config.catalog.namespace,
+        &crate::tables::Wanted {
+            name: &config.dead_letter_table,
+            schema: &schema(),
+            partition: &[crate::job::PartitionField {
+                column: "ts".into(),
+                transform: iceberg::spec::Transform::Day,
+            }],
+            properties: &options.to_table_properties(),
+        },
+    )
+    .await?;
+    Ok((table, options))
+}
+
 /// The dead-letter table's schema.
 pub fn schema() -> Schema {
     let p = |t| Type::Primitive(t);

@@ -24,14 +24,13 @@ use floe_lake::commit::{RetryPolicy, commit_checkpoint_planned};
 use floe_lake::marker::{CommitMarker, newest_marker};
 use floe_lake::rest::{CatalogClient, LoadedTable};
 use floe_lake::snapshot::Delta;
-use floe_lake::writer::WriterOptions;
 use floe_lake::{ErrorKind, LakeError, LakeResult};
 use tokio_util::sync::CancellationToken;
 
 use crate::deadletter::{self, DeadLetters};
 use crate::job::JobConfig;
 use crate::metrics::JobMetrics;
-use crate::tables::{Wanted, ensure_table};
+use crate::tables::{Wanted, ensure_table, writer_options};
 use crate::writers::{Target, Writers};
 
 /// The writer key of the dead-letter table.
@@ -118,38 +117,8 @@ impl<S: Source, F: Format> Job<S, F> {
         format: F,
         metrics: JobMetrics,
     ) -> LakeResult<Self> {
-        let namespace = config.catalog.namespace.clone();
-        client.ensure_namespace(&[namespace.as_str()]).await?;
         let mut targets = Vec::new();
-        let options = |target_file_size: u64, bloom: &[&str], plain: &[&str]| WriterOptions {
-            target_file_size: target_file_size as usize,
-            bloom_filter_columns: bloom.iter().map(|c| c.to_string()).collect(),
-            plain_columns: plain.iter().map(|c| c.to_string()).collect(),
-            file_prefix: config.name.clone(),
-            // zstd 1 compresses these tables as well as 3 (within 1%) at about 1.4× the
-            // speed; compaction may recompress harder.
-            zstd_level: 1,
-            ..WriterOptions::default()
-        };
-        let dead_letter_schema = deadletter::schema();
-        let dead_letter_partition = [crate::job::PartitionField {
-            column: "ts".into(),
-            transform: iceberg::spec::Transform::Day,
-        }];
-        // A table's writer settings are recorded in its properties (when it is created), so
-        // compaction writes files alike.
-        let dead_letter_options = options(128 * 1024 * 1024, &[], &[]);
-        let anchor = ensure_table(
-            &client,
-            &namespace,
-            &Wanted {
-                name: &config.dead_letter_table,
-                schema: &dead_letter_schema,
-                partition: &dead_letter_partition,
-                properties: &dead_letter_options.to_table_properties(),
-            },
-        )
-        .await?;
+        let (anchor, dead_letter_options) = deadletter::ensure_anchor(&client, &config).await?;
         targets.push(Target::new(DEAD_LETTER, anchor, dead_letter_options)?);
         for spec in format.tables() {
             let table_config = config
@@ -159,7 +128,8 @@ impl<S: Source, F: Format> Job<S, F> {
                 .ok_or_else(|| {
                     LakeError::new(ErrorKind::Invalid, format!("no settings for {}", spec.key))
                 })?;
-            let writer_options = options(
+            let writer_options = writer_options(
+                &config,
                 table_config.target_file_size,
                 spec.bloom_filter_columns,
                 spec.plain_columns,
@@ -168,7 +138,7 @@ impl<S: Source, F: Format> Job<S, F> {
             properties.extend(table_config.properties.clone());
             let table = ensure_table(
                 &client,
-                &namespace,
+                &config.catalog.namespace,
                 &Wanted {
                     name: &table_config.name,
                     schema: &spec.schema,

@@ -22,6 +22,33 @@ use iceberg_catalog_rest::CreateTableRequest;
 
 use crate::job::PartitionField;
 
+/// The writer settings of a job's table: files named after the job, zstd level 1 (as small
+/// as level 3 on these tables, within 1%, at about 1.4× the speed; compaction may recompress
+/// harder). They are recorded in a new table's properties, so compaction writes alike.
+pub(crate) fn writer_options(
+    config: &crate::job::JobConfig,
+    target_file_size: u64,
+    bloom_filter_columns: &[&str],
+    plain_columns: &[&str],
+) -> floe_lake::writer::WriterOptions {
+    floe_lake::writer::WriterOptions {
+        target_file_size: target_file_size as usize,
+        bloom_filter_columns: bloom_filter_columns.iter().map(|c| c.to_string()).collect(),
+        plain_columns: plain_columns.iter().map(|c| c.to_string()).collect(),
+        file_prefix: config.name.clone(),
+        zstd_level: 1,
+        ..Default::default()
+    }
+}
+
+/// The Arrow schema of an Iceberg schema (with field ids in the metadata).
+pub(crate) fn arrow_schema(schema: &Schema) -> LakeResult<SchemaRef> {
+    Ok(Arc::new(
+        iceberg::arrow::schema_to_arrow_schema(schema)
+            .map_err(|e| LakeError::new(ErrorKind::Invalid, "table schema").with_source(e))?,
+    ))
+}
+
 /// What a table should look like.
 #[derive(Debug, Clone)]
 pub struct Wanted<'a> {

@@ -31,10 +31,7 @@ pub(crate) struct Target {
 
 impl Target {
     pub(crate) fn new(key: &str, table: LoadedTable, options: WriterOptions) -> LakeResult<Self> {
-        let arrow = std::sync::Arc::new(
-            iceberg::arrow::schema_to_arrow_schema(table.metadata.current_schema())
-                .map_err(|e| LakeError::new(ErrorKind::Invalid, "table schema").with_source(e))?,
-        );
+        let arrow = crate::tables::arrow_schema(table.metadata.current_schema())?;
         Ok(Self {
             key: key.to_string(),
             table,
