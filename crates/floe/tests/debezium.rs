@@ -9,7 +9,9 @@
 //!   truncate;
 //!
 //! in two runs of the job (the second resumes from the offsets committed in Iceberg, and
-//! replays nothing). Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON`.
+//! replays nothing). And a three-partition topic of random upserts and deletes produced while
+//! the job is killed -9 at random instants: DuckDB then reads exactly the final image of every
+//! key. Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON`.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -83,12 +85,24 @@ fn order_event(op: &str, before: Value, after: Value) -> Value {
         "source": {"connector": "postgresql", "schema": "inventory", "table": "orders"}})
 }
 
+/// Sends to partition 0.
 async fn send(producer: &FutureProducer, topic: &str, key: &Value, value: Option<&Value>) {
+    send_to(producer, topic, 0, key, value).await;
+}
+
+/// Sends one record; returns its offset.
+async fn send_to(
+    producer: &FutureProducer,
+    topic: &str,
+    partition: i32,
+    key: &Value,
+    value: Option<&Value>,
+) -> i64 {
     let key = key.to_string();
     let value = value.map(|v| v.to_string());
     let mut record = FutureRecord::<String, String>::to(topic)
         .key(&key)
-        .partition(0);
+        .partition(partition);
     if let Some(v) = &value {
         record = record.payload(v);
     }
@@ -96,22 +110,81 @@ async fn send(producer: &FutureProducer, topic: &str, key: &Value, value: Option
         .send(record, Duration::from_secs(10))
         .await
         .map_err(|(e, _)| e)
-        .unwrap();
+        .unwrap()
+        .offset
 }
 
+async fn create_topic(brokers: &str, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    for result in admin
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap()
+    {
+        result.unwrap();
+    }
+}
+
+/// A job file for `topics`; static group membership lets a restarted job take its
+/// partitions back at once instead of after the killed member's session timeout.
+fn job_file(
+    dir: &Path,
+    brokers: &str,
+    topics: &[&str],
+    group: &str,
+    catalog: &str,
+) -> std::path::PathBuf {
+    let job = dir.join("job.toml");
+    let topics: Vec<String> = topics.iter().map(|t| format!("\"{t}\"")).collect();
+    std::fs::write(
+        &job,
+        format!(
+            "version = 1\nname = \"dbz\"\n[source.kafka]\nbrokers = \"{brokers}\"\n\
+             topics = [{}]\nformat = \"debezium-json\"\ngroup_id = \"{group}\"\n\
+             [source.kafka.properties]\n\"group.instance.id\" = \"floe-test\"\n\
+             \"session.timeout.ms\" = \"6000\"\n\
+             [catalog]\nuri = \"{catalog}\"\nnamespace = \"dbz\"\n\
+             [checkpoint]\ninterval = \"1s\"\nstate_dir = \"{}\"\n\
+             [tables.\"inventory.orders\"]\nname = \"orders\"\n",
+            topics.join(", "),
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    job
+}
+
+fn spawn_floe(job: &Path, log: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["run", job.to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
+        .spawn()
+        .unwrap()
+}
+
+/// Runs the job until the anchor's committed positions reach `ends` (topic, partition, next
+/// offset), then stops it cleanly.
 fn run_until_caught_up(
     job: &Path,
     log: &Path,
     client: &floe_lake::rest::CatalogClient,
-    ends: &[(String, i64)],
+    ends: &[(String, i32, i64)],
 ) -> impl std::future::Future<Output = ()> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args(["run", job.to_str().unwrap()])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_floe(job, log);
     let log = log.to_path_buf();
     let ends = ends.to_vec();
     let client = client.clone();
@@ -126,8 +199,8 @@ fn run_until_caught_up(
             );
             let done = match client.load_table(&anchor).await {
                 Ok(t) => newest_marker(&t.metadata, "dbz").is_some_and(|m| {
-                    ends.iter().all(|(topic, end)| {
-                        floe_core::position_of(&m.marker.positions, topic, 0) == Some(*end)
+                    ends.iter().all(|(topic, partition, end)| {
+                        floe_core::position_of(&m.marker.positions, topic, *partition) == Some(*end)
                     })
                 }),
                 Err(_) => false,
@@ -136,7 +209,7 @@ fn run_until_caught_up(
                 break;
             }
             assert!(
-                began.elapsed() < Duration::from_secs(60),
+                began.elapsed() < Duration::from_secs(120),
                 "did not catch up: {}",
                 std::fs::read_to_string(&log).unwrap_or_default()
             );
@@ -163,23 +236,8 @@ async fn debezium_topics_become_upserted_tables() {
     let prefix = format!("dbz{}", uuid::Uuid::new_v4().simple());
     let customers = format!("{prefix}.public.customers");
     let orders = format!("{prefix}.inventory.orders");
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .create()
-        .unwrap();
-    for result in admin
-        .create_topics(
-            &[
-                NewTopic::new(&customers, 1, TopicReplication::Fixed(1)),
-                NewTopic::new(&orders, 1, TopicReplication::Fixed(1)),
-            ],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap()
-    {
-        result.unwrap();
-    }
+    create_topic(&brokers, &customers, 1).await;
+    create_topic(&brokers, &orders, 1).await;
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &brokers)
         .create()
@@ -270,27 +328,19 @@ async fn debezium_topics_become_upserted_tables() {
     )
     .await;
 
-    let job = dir.join("job.toml");
-    std::fs::write(
-        &job,
-        format!(
-            "version = 1\nname = \"dbz\"\n[source.kafka]\nbrokers = \"{brokers}\"\n\
-             topics = [\"{customers}\", \"{orders}\"]\nformat = \"debezium-json\"\n\
-             group_id = \"{prefix}\"\n\
-             [catalog]\nuri = \"{}\"\nnamespace = \"dbz\"\n\
-             [checkpoint]\ninterval = \"1s\"\nstate_dir = \"{}\"\n\
-             [tables.\"inventory.orders\"]\nname = \"orders\"\n",
-            catalog.uri(),
-            dir.join("state").display()
-        ),
-    )
-    .unwrap();
+    let job = job_file(
+        &dir,
+        &brokers,
+        &[&customers, &orders],
+        &prefix,
+        &catalog.uri(),
+    );
     let log = dir.join("floe.log");
     run_until_caught_up(
         &job,
         &log,
         &client,
-        &[(customers.clone(), 8), (orders.clone(), 4)],
+        &[(customers.clone(), 0, 8), (orders.clone(), 0, 4)],
     )
     .await;
 
@@ -339,7 +389,7 @@ async fn debezium_topics_become_upserted_tables() {
         &job,
         &log,
         &client,
-        &[(customers.clone(), 11), (orders.clone(), 6)],
+        &[(customers.clone(), 0, 11), (orders.clone(), 0, 6)],
     )
     .await;
 
@@ -374,6 +424,120 @@ async fn debezium_topics_become_upserted_tables() {
             "O 9 lamp 1 40.0 {\"gift\":false}".to_string(),
         ],
         "{out}"
+    );
+    catalog.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_upserts_land_exactly_once_through_kill_9() {
+    let (Some(brokers), Some(_)) = (
+        service("FLOE_TEST_KAFKA_BROKERS"),
+        service("FLOE_TEST_PYTHON"),
+    ) else {
+        return;
+    };
+    let dir = temp_dir("debezium-chaos");
+    let (catalog, client) = start_catalog(&dir).await;
+    let prefix = format!("dbz{}", uuid::Uuid::new_v4().simple());
+    let topic = format!("{prefix}.public.kv");
+    create_topic(&brokers, &topic, 3).await;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    let job = job_file(&dir, &brokers, &[&topic], &prefix, &catalog.uri());
+    let log = dir.join("floe.log");
+
+    // The expected final image per key; a key always goes to the same partition.
+    let mut expected: std::collections::BTreeMap<i64, i64> = Default::default();
+    let mut ends = [0i64; 3];
+    let mut lsn = 1_000u64;
+    let kills = std::env::var("FLOE_CHAOS_KILLS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(8, |k| (k / 2).max(4));
+    for _ in 0..kills {
+        let mut child = spawn_floe(&job, &log);
+        let life = Duration::from_millis(rand::random_range(300..2500));
+        let began = Instant::now();
+        while began.elapsed() < life {
+            for _ in 0..50 {
+                let id = rand::random_range(0..300i64);
+                let partition = (id % 3) as i32;
+                lsn += 1;
+                let source = json!({"connector": "postgresql", "schema": "public", "table": "kv",
+                    "sequence": format!("[\"{}\",\"{lsn}\"]", lsn - 1), "lsn": lsn});
+                let key = json!({"id": id});
+                let offset = if rand::random_range(0..4) == 0 {
+                    expected.remove(&id);
+                    let deleted =
+                        json!({"before": {"id": id}, "after": null, "op": "d", "source": source});
+                    send_to(&producer, &topic, partition, &key, Some(&deleted)).await;
+                    send_to(&producer, &topic, partition, &key, None).await
+                } else {
+                    let v = lsn as i64;
+                    let op = if expected.insert(id, v).is_some() {
+                        "u"
+                    } else {
+                        "c"
+                    };
+                    let event = json!({"before": null, "after": {"id": id, "v": v}, "op": op, "source": source});
+                    send_to(&producer, &topic, partition, &key, Some(&event)).await
+                };
+                ends[partition as usize] = offset + 1;
+            }
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+    let ends: Vec<(String, i32, i64)> = ends
+        .iter()
+        .enumerate()
+        .map(|(p, end)| (topic.clone(), p as i32, *end))
+        .collect();
+    run_until_caught_up(&job, &log, &client, &ends).await;
+
+    let table = client
+        .load_table(&TableIdent::from_strs(["dbz", "kv"]).unwrap())
+        .await
+        .unwrap();
+    // The kills hit incarnations that had committed rows.
+    let writers: std::collections::BTreeSet<String> = table
+        .metadata
+        .snapshots()
+        .filter_map(|s| {
+            floe_lake::marker::CommitMarker::from_properties(&s.summary().additional_properties)
+        })
+        .filter_map(|m| m.writer)
+        .collect();
+    assert!(
+        writers.len() > kills / 3,
+        "{} incarnations committed rows",
+        writers.len()
+    );
+    let location = table.metadata_location.unwrap();
+    let out = python(&format!(
+        "import duckdb_offline\ncon = duckdb_offline.connect()\n\
+         for r in con.sql(\"SELECT id, v FROM iceberg_scan('{location}') ORDER BY id\").fetchall(): print(*r)\n"
+    ));
+    let got: Vec<(i64, i64)> = out
+        .lines()
+        .map(|l| {
+            let (a, b) = l.split_once(' ').unwrap();
+            (a.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect();
+    let want: Vec<(i64, i64)> = expected.into_iter().collect();
+    assert_eq!(got.len(), want.len(), "one row per live key");
+    assert_eq!(got, want, "the final image of every key, exactly once");
+    eprintln!(
+        "debezium chaos: {kills} kills, {} incarnations committed, {} events, {} live keys \
+         equal in DuckDB",
+        writers.len(),
+        lsn - 1_000,
+        got.len()
     );
     catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
