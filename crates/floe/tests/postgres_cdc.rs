@@ -31,7 +31,7 @@ use rand::Rng;
 use tokio_postgres::NoTls;
 
 mod support;
-use support::{python, service, start_catalog, temp_dir};
+use support::{free_port, http_get, python, service, start_catalog, temp_dir};
 
 const SCHEMA: &str = "
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
@@ -671,6 +671,13 @@ async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_
         .await
         .unwrap();
     let job = job_file(dir, db, &f.catalog.uri(), "");
+    let metrics_port = free_port();
+    let text = std::fs::read_to_string(&job).unwrap();
+    std::fs::write(
+        &job,
+        format!("{text}\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n"),
+    )
+    .unwrap();
     let log = dir.join("floe.log");
     let mut child = spawn_floe(&job, &log);
     let slot = db.slot();
@@ -732,6 +739,16 @@ async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_
             .contains("replication session lost; reconnecting"),
         "the job reconnected"
     );
+    // The slot's health is served with the job's metrics.
+    let metrics = http_get(metrics_port, "/metrics");
+    for name in [
+        "floe_source_status{measure=\"postgres_slot_retained_wal_bytes\"}",
+        "floe_source_status{measure=\"postgres_slot_lag_bytes\"}",
+        "floe_source_status{measure=\"postgres_slot_active\"} 1",
+        "floe_rows_total{table=\"items\"}",
+    ] {
+        assert!(metrics.contains(name), "no {name} in\n{metrics}");
+    }
 
     // A type change cannot be followed: the job stops, naming it, and commits nothing after.
     db.client
