@@ -73,7 +73,7 @@ struct RawSource {
 #[serde(deny_unknown_fields)]
 struct RawPostgres {
     host: Option<S>,
-    port: Option<Spanned<i64>>,
+    port: Option<Spanned<RawPort>>,
     user: Option<S>,
     password: Option<S>,
     database: Option<S>,
@@ -194,6 +194,14 @@ pub struct GeneratorConfig {
     pub duration: Option<Duration>,
     /// Seed of the data.
     pub seed: u64,
+}
+
+/// A port: a number, or a string (which may use `${VAR}`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawPort {
+    Number(i64),
+    Text(String),
 }
 
 /// `[source.postgres]`: a publication followed through a logical replication slot.
@@ -665,14 +673,26 @@ impl JobConfig {
 
 fn postgres(c: &mut Check<'_>, p: &RawPostgres, job: &str) -> PostgresSourceConfig {
     let port = match &p.port {
-        Some(port) => match u16::try_from(*port.get_ref()) {
-            Ok(v) if v > 0 => v,
-            _ => {
-                c.problems
-                    .push(c.source.problem(Some(port.span()), "a port is 1 to 65535"));
-                5432
+        Some(port) => {
+            let value = match port.get_ref() {
+                RawPort::Number(n) => Some(*n),
+                RawPort::Text(text) => match floe_config::interpolate(text) {
+                    Ok(text) => text.trim().parse::<i64>().ok(),
+                    Err(e) => {
+                        c.problems.push(c.source.problem(Some(port.span()), e));
+                        Some(5432)
+                    }
+                },
+            };
+            match value.map(u16::try_from) {
+                Some(Ok(v)) if v > 0 => v,
+                _ => {
+                    c.problems
+                        .push(c.source.problem(Some(port.span()), "a port is 1 to 65535"));
+                    5432
+                }
             }
-        },
+        }
         None => 5432,
     };
     let ssl_mode = c
