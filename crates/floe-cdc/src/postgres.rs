@@ -708,6 +708,17 @@ impl PostgresSource {
             self.in_transaction = None;
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(30));
+            // A restarted server closed the catalog session too.
+            if self.catalog.is_closed() {
+                match connect(&self.config).await {
+                    Ok(catalog) => self.catalog = catalog,
+                    Err(e) if attempt == RECONNECT_ATTEMPTS => return Err(e),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reconnecting the catalog session failed");
+                        continue;
+                    }
+                }
+            }
             match self.start_streaming(self.acknowledged).await {
                 Ok(()) => match self.ensure_started().await {
                     Ok(()) => return Ok(()),
