@@ -4,7 +4,7 @@
 //! Per table and key only the **last** image survives (or the fact that the key is deleted),
 //! and whether the key may exist in data committed before the buffer started — true unless its
 //! first change in the buffer was an insert (a primary key that is inserted did not exist).
-//! [`ChangeBuffer::take`] turns that into the two halves of an upsert: the keys to
+//! [`ChangeBuffer::take_table`] turns that into the two halves of an upsert: the keys to
 //! equality-delete from older data, and the final rows to append. Because every key is
 //! written at most once per checkpoint, no row of a checkpoint ever needs a position delete
 //! against a row of the same checkpoint.

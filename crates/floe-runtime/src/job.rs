@@ -384,8 +384,8 @@ impl Check<'_> {
     }
 }
 
-/// Parses `transform(column)` (transforms: identity, year, month, day, hour, bucket[N],
-/// truncate[W]; also written `bucket(N, column)`).
+/// Parses `transform(column)` (transforms: identity, year, month, day, hour, `bucket[N]`,
+/// `truncate[W]`; also written `bucket(N, column)`).
 pub fn parse_partition_field(text: &str) -> Result<PartitionField, String> {
     use iceberg::spec::Transform;
     let bad = || {

@@ -1,16 +1,17 @@
 //! The Postgres change source: tables of a publication, copied once from a snapshot exported
 //! by the replication slot, then followed through pgoutput.
 //!
-//! * **Setup.** The publication is created if missing (for the listed tables, or all tables);
-//!   each published table is read from the catalog — columns (generated ones are not
-//!   replicated), the key (the primary key, or the replica-identity index), the replica
-//!   identity — and refused with a clear error if it has no key, a column of an unsupported
-//!   type, or TOAST-able columns under a replica identity that cannot supply unchanged values
-//!   (`REPLICA IDENTITY FULL` is needed; `replica_identity_full = true` lets Floe set it).
+//! * **Setup** (the `catalog` module). The publication is created if missing (for the listed tables,
+//!   or all tables); each published table is read from the catalog — columns (generated ones
+//!   are not replicated), the key (the primary key, or the replica-identity index), the
+//!   replica identity — and refused with a clear error if it has no key, a column of an
+//!   unsupported type, or TOAST-able columns under a replica identity that cannot supply
+//!   unchanged values (`REPLICA IDENTITY FULL` is needed; `replica_identity_full = true` lets
+//!   Floe set it). Every session may use TLS (`ssl_mode`).
 //! * **First start** (nothing committed): a slot left by an earlier attempt that never
 //!   committed is dropped; `CREATE_REPLICATION_SLOT … (SNAPSHOT 'export')` on a replication
-//!   session that then stays idle; `parallelism` ordinary sessions import that snapshot and
-//!   `COPY` the tables; the copy's position is the slot's consistent point, so streaming from
+//!   session that then stays idle; `snapshot_parallelism` ordinary sessions import that
+//!   snapshot and `COPY` the tables in binary (`crate::copy`); the copy's position is the slot's consistent point, so streaming from
 //!   the slot carries exactly the transactions the copy did not see.
 //! * **Streaming** starts on the same slot (after a restart: at the committed LSN; the slot
 //!   never goes back past what was acknowledged). A transaction's changes are skipped for a
@@ -18,7 +19,8 @@
 //!   LSN), so a restart never applies a change twice.
 //! * **Acknowledgement.** The slot's flush position moves only in [`acknowledge`], called
 //!   after the Iceberg commit; when idle with nothing uncommitted, keepalive positions are
-//!   acknowledged so the slot does not hold WAL for unrelated traffic.
+//!   acknowledged so the slot does not hold WAL for unrelated traffic. A broken session is
+//!   reopened from the last acknowledged LSN, with backoff.
 //!
 //! [`acknowledge`]: floe_core::ChangeSource::acknowledge
 
@@ -29,15 +31,20 @@ use std::time::{Duration, Instant};
 use arrow_array::RecordBatch;
 use bytes::Bytes;
 use floe_core::{ChangeSource, ChangeStart, ChangeTable, Positions, SourceError, TableChanges};
-use iceberg::spec::{NestedField, Schema};
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent, TlsConfig};
 use tokio::sync::mpsc;
 use tokio_postgres::NoTls;
 
-use crate::changes::{Change, ChangeBuffer, Column, Layout};
+use crate::changes::{Change, ChangeBuffer, Column};
 use crate::copy::CopyTable;
 use crate::pgoutput::{self, Message, OldTuple};
-use crate::types::{self, PgType, TypeInfo};
+use crate::types;
+use catalog::{PgTable, quote};
+
+mod catalog;
+
+pub use catalog::SlotState;
+pub(crate) use catalog::iceberg_schema;
 
 /// Reconnection attempts after the replication session breaks.
 const RECONNECT_ATTEMPTS: u32 = 8;
@@ -138,63 +145,6 @@ fn err(context: &str, e: impl std::fmt::Display) -> SourceError {
     SourceError(format!("postgres: {context}: {e}"))
 }
 
-/// One followed table.
-#[derive(Debug, Clone)]
-struct PgTable {
-    schema: String,
-    name: String,
-    iceberg_name: String,
-    layout: Layout,
-    /// The select list of the initial binary `COPY` (see [`types::copy_expression`]).
-    copy_columns: Vec<String>,
-    /// Every column the Iceberg table has: `layout` plus columns dropped at the source since
-    /// the job started (kept, NULL from then on). `None` while equal to `layout`.
-    layout_union: Option<Layout>,
-    /// The Iceberg schema (ids assigned here; the catalog renumbers them).
-    iceberg: Schema,
-    /// Transactions with a commit LSN below this are in the table's last commit.
-    committed_end: u64,
-}
-
-impl PgTable {
-    fn qualified(&self) -> String {
-        format!("{}.{}", self.schema, self.name)
-    }
-
-    fn quoted(&self) -> String {
-        format!("{}.{}", quote(&self.schema), quote(&self.name))
-    }
-}
-
-fn quote(ident: &str) -> String {
-    format!("\"{}\"", ident.replace('"', "\"\""))
-}
-
-pub(crate) fn iceberg_schema(layout: &[Column]) -> Result<Schema, String> {
-    let mut next = layout.len() as i32 + 1;
-    let mut fields = Vec::new();
-    let mut identifier = Vec::new();
-    for (i, c) in layout.iter().enumerate() {
-        let id = i as i32 + 1;
-        let element = next;
-        if c.ty.array {
-            next += 1;
-        }
-        let ty = c.ty.iceberg(element);
-        fields.push(Arc::new(if c.key {
-            identifier.push(id);
-            NestedField::required(id, &c.name, ty)
-        } else {
-            NestedField::optional(id, &c.name, ty)
-        }));
-    }
-    Schema::builder()
-        .with_fields(fields)
-        .with_identifier_field_ids(identifier)
-        .build()
-        .map_err(|e| e.to_string())
-}
-
 /// The Postgres [`ChangeSource`].
 pub struct PostgresSource {
     config: PostgresConfig,
@@ -289,260 +239,19 @@ impl PostgresSource {
             acknowledged: 0,
             in_transaction: None,
         };
-        source.ensure_publication().await?;
-        source.read_tables().await?;
+        catalog::ensure_publication(&source.catalog, &source.config).await?;
+        for (oid, table) in catalog::read_tables(&source.catalog, &source.config).await? {
+            source.by_oid.insert(oid, source.tables.len());
+            source.tables.push(table);
+        }
         Ok(source)
     }
 
-    async fn ensure_publication(&self) -> Result<(), SourceError> {
-        let exists = self
-            .catalog
-            .query_opt(
-                "SELECT 1 FROM pg_publication WHERE pubname = $1",
-                &[&self.config.publication],
-            )
-            .await
-            .map_err(|e| err("reading pg_publication", e))?
-            .is_some();
-        if exists {
-            return Ok(());
-        }
-        let what = if self.config.tables.is_empty() {
-            "ALL TABLES".to_string()
-        } else {
-            let tables: Vec<String> = self
-                .config
-                .tables
-                .iter()
-                .map(|t| match t.split_once('.') {
-                    Some((s, n)) => format!("{}.{}", quote(s), quote(n)),
-                    None => quote(t),
-                })
-                .collect();
-            format!("TABLE {}", tables.join(", "))
-        };
-        let sql = format!(
-            "CREATE PUBLICATION {} FOR {what}",
-            quote(&self.config.publication)
-        );
-        tracing::info!(%sql, "creating the publication");
-        self.catalog
-            .batch_execute(&sql)
-            .await
-            .map_err(|e| err("creating the publication", e))
-    }
-
-    async fn read_tables(&mut self) -> Result<(), SourceError> {
-        let rows = self
-            .catalog
-            .query(
-                "SELECT c.oid, n.nspname::text, c.relname::text, c.relreplident::text \
-                 FROM pg_publication_tables p \
-                 JOIN pg_namespace n ON n.nspname = p.schemaname \
-                 JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename \
-                 WHERE p.pubname = $1 ORDER BY 2, 3",
-                &[&self.config.publication],
-            )
-            .await
-            .map_err(|e| err("reading the publication's tables", e))?;
-        if rows.is_empty() {
-            return Err(SourceError(format!(
-                "postgres: publication {} has no tables",
-                self.config.publication
-            )));
-        }
-        let mut problems = Vec::new();
-        for row in rows {
-            let oid: u32 = row.get(0);
-            let schema: String = row.get(1);
-            let name: String = row.get(2);
-            let identity: String = row.get(3);
-            match self.read_table(oid, &schema, &name, &identity).await {
-                Ok(table) => {
-                    self.by_oid.insert(oid, self.tables.len());
-                    self.tables.push(table);
-                }
-                Err(problem) => problems.push(problem),
-            }
-        }
-        if !problems.is_empty() {
-            return Err(SourceError(problems.join("\n")));
-        }
-        Ok(())
-    }
-
-    async fn read_table(
-        &self,
-        oid: u32,
-        schema: &str,
-        name: &str,
-        identity: &str,
-    ) -> Result<PgTable, String> {
-        let qualified = format!("{schema}.{name}");
-        let db = |e: tokio_postgres::Error| format!("postgres: reading table {qualified}: {e}");
-        // The key: the replica-identity index under `USING INDEX`, else the primary key.
-        let key_rows = self
-            .catalog
-            .query(
-                "SELECT a.attname::text FROM pg_index i \
-                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
-                 WHERE i.indrelid = $1 AND CASE WHEN $2 = 'i' THEN i.indisreplident \
-                 ELSE i.indisprimary END",
-                &[&oid, &identity],
-            )
-            .await
-            .map_err(db)?;
-        let keys: Vec<String> = key_rows.iter().map(|r| r.get(0)).collect();
-        if keys.is_empty() {
-            return Err(format!(
-                "table {qualified} has no primary key: Floe keeps a table equal to its source \
-                 by key; add a primary key (or a unique index used as REPLICA IDENTITY)"
-            ));
-        }
-        if identity == "n" {
-            return Err(format!(
-                "table {qualified} has REPLICA IDENTITY NOTHING: its updates and deletes \
-                 carry no key; set REPLICA IDENTITY DEFAULT or FULL"
-            ));
-        }
-        let columns = self
-            .catalog
-            .query(
-                "SELECT a.attname::text, \
-                   (CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END)::int4, \
-                   a.attstorage::text, \
-                   (e.oid IS NOT NULL), \
-                   COALESCE(e.typname, b.typname)::text, \
-                   COALESCE(e.typtype, b.typtype)::text \
-                 FROM pg_attribute a \
-                 JOIN pg_type t ON t.oid = a.atttypid \
-                 JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype \
-                   ELSE a.atttypid END \
-                 LEFT JOIN pg_type e ON b.typcategory = 'A' AND b.typelem <> 0 AND e.oid = b.typelem \
-                 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
-                   AND a.attgenerated = '' \
-                 ORDER BY a.attnum",
-                &[&oid],
-            )
-            .await
-            .map_err(db)?;
-        let mut layout = Vec::new();
-        let mut copy_columns = Vec::new();
-        let mut problems = Vec::new();
-        let mut toastable = Vec::new();
-        for row in &columns {
-            let column: String = row.get(0);
-            let modifier: i32 = row.get(1);
-            let storage: String = row.get(2);
-            let array: bool = row.get(3);
-            let type_name: String = row.get(4);
-            let kind: String = row.get(5);
-            match types::map_type(&TypeInfo {
-                name: &type_name,
-                kind: kind.bytes().next().unwrap_or(b'b'),
-                array,
-                modifier,
-            }) {
-                Ok(ty) => {
-                    if storage == "x" || storage == "e" {
-                        toastable.push(column.clone());
-                    }
-                    copy_columns.push(types::copy_expression(&quote(&column), ty, &type_name));
-                    layout.push(Column {
-                        key: keys.contains(&column),
-                        name: column,
-                        ty,
-                    })
-                }
-                Err(e) => problems.push(format!("table {qualified}, column {column}: {e}")),
-            }
-        }
-        if !problems.is_empty() {
-            return Err(problems.join("\n"));
-        }
-        // Postgres gives a table a TOAST relation only if its rows can outgrow a page's
-        // quarter (`needs_toast_table`); without one, no value is ever stored out of line.
-        let has_toast: bool = self
-            .catalog
-            .query_one(
-                "SELECT reltoastrelid <> 0 FROM pg_class WHERE oid = $1",
-                &[&oid],
-            )
-            .await
-            .map_err(db)?
-            .get(0);
-        if identity != "f" && has_toast && !toastable.is_empty() {
-            if self.config.replica_identity_full {
-                let sql = format!(
-                    "ALTER TABLE {}.{} REPLICA IDENTITY FULL",
-                    quote(schema),
-                    quote(name)
-                );
-                tracing::info!(%sql, "setting the replica identity");
-                self.catalog.batch_execute(&sql).await.map_err(db)?;
-            } else {
-                return Err(format!(
-                    "table {qualified}: columns {} can be TOASTed, and under REPLICA IDENTITY \
-                     {} an update that leaves them unchanged does not carry their value; run \
-                     ALTER TABLE {qualified} REPLICA IDENTITY FULL (or set \
-                     replica_identity_full = true in [source.postgres])",
-                    toastable.join(", "),
-                    if identity == "i" {
-                        "USING INDEX"
-                    } else {
-                        "DEFAULT"
-                    }
-                ));
-            }
-        }
-        let iceberg = iceberg_schema(&layout).map_err(|e| format!("table {qualified}: {e}"))?;
-        let iceberg_name = self
-            .config
-            .table_names
-            .get(&qualified)
-            .cloned()
-            .unwrap_or_else(|| {
-                if schema == "public" {
-                    name.to_string()
-                } else {
-                    format!("{schema}_{name}")
-                }
-            });
-        Ok(PgTable {
-            schema: schema.to_string(),
-            name: name.to_string(),
-            iceberg_name,
-            layout: Arc::new(layout),
-            copy_columns,
-            layout_union: None,
-            iceberg,
-            committed_end: 0,
-        })
-    }
-
-    /// The slot's restart LSN, confirmed flush LSN and retained WAL bytes, if the slot exists.
-    pub async fn slot_state(&self) -> Result<Option<SlotState>, SourceError> {
-        let row = self
-            .catalog
-            .query_opt(
-                "SELECT restart_lsn::text, confirmed_flush_lsn::text, \
-                   COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::int8, \
-                   COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::int8, \
-                   active \
-                 FROM pg_replication_slots WHERE slot_name = $1",
-                &[&self.config.slot],
-            )
-            .await
-            .map_err(|e| err("reading pg_replication_slots", e))?;
-        Ok(row.map(|r| SlotState {
-            retained_wal_bytes: r.get(2),
-            lag_bytes: r.get(3),
-            active: r.get(4),
-        }))
-    }
-
     async fn start_snapshot(&mut self) -> Result<(), SourceError> {
-        if self.slot_state().await?.is_some() {
+        if catalog::slot_state(&self.catalog, &self.config.slot)
+            .await?
+            .is_some()
+        {
             tracing::warn!(
                 slot = %self.config.slot,
                 "dropping a replication slot no commit of this job used (an earlier first \
@@ -633,7 +342,7 @@ impl PostgresSource {
     }
 
     async fn start_streaming(&mut self, committed_lsn: u64) -> Result<(), SourceError> {
-        let state = self.slot_state().await?;
+        let state = catalog::slot_state(&self.catalog, &self.config.slot).await?;
         if state.is_none() {
             return Err(SourceError(format!(
                 "postgres: replication slot {} is gone, so changes after LSN {} are lost to \
@@ -811,7 +520,9 @@ impl PostgresSource {
             let known = current.iter().find(|c| c.name == column.name);
             let ty = match known {
                 Some(c) => {
-                    let now = self.type_of(column.type_oid, column.type_modifier).await?;
+                    let now =
+                        catalog::type_of(&self.catalog, column.type_oid, column.type_modifier)
+                            .await?;
                     if now != c.ty {
                         return Err(SourceError(format!(
                             "postgres: column {} of {qualified} changed type ({:?} → {:?}); \
@@ -822,7 +533,9 @@ impl PostgresSource {
                     }
                     c.ty
                 }
-                None => self.type_of(column.type_oid, column.type_modifier).await?,
+                None => {
+                    catalog::type_of(&self.catalog, column.type_oid, column.type_modifier).await?
+                }
             };
             layout.push(Column {
                 name: column.name.clone(),
@@ -859,43 +572,6 @@ impl PostgresSource {
         }
         Ok(())
     }
-
-    async fn type_of(&self, oid: u32, modifier: i32) -> Result<PgType, SourceError> {
-        let row = self
-            .catalog
-            .query_one(
-                "SELECT (e.oid IS NOT NULL), COALESCE(e.typname, b.typname)::text, \
-                   COALESCE(e.typtype, b.typtype)::text, \
-                   (CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE $2 END)::int4 \
-                 FROM pg_type t \
-                 JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END \
-                 LEFT JOIN pg_type e ON b.typcategory = 'A' AND b.typelem <> 0 AND e.oid = b.typelem \
-                 WHERE t.oid = $1",
-                &[&oid, &modifier],
-            )
-            .await
-            .map_err(|e| err("reading pg_type", e))?;
-        let name: String = row.get(1);
-        let kind: String = row.get(2);
-        types::map_type(&TypeInfo {
-            name: &name,
-            kind: kind.bytes().next().unwrap_or(b'b'),
-            array: row.get(0),
-            modifier: row.get(3),
-        })
-        .map_err(|e| SourceError(format!("postgres: a new column: {e}")))
-    }
-}
-
-/// Slot health, for metrics.
-#[derive(Debug, Clone, Copy)]
-pub struct SlotState {
-    /// WAL the slot keeps on the server (from its restart LSN).
-    pub retained_wal_bytes: i64,
-    /// WAL written since the slot's confirmed flush LSN.
-    pub lag_bytes: i64,
-    /// A session is streaming from it.
-    pub active: bool,
 }
 
 impl ChangeSource for PostgresSource {
@@ -1060,7 +736,7 @@ impl ChangeSource for PostgresSource {
     }
 
     async fn status(&mut self) -> Vec<(&'static str, i64)> {
-        let state = match self.slot_state().await {
+        let state = match catalog::slot_state(&self.catalog, &self.config.slot).await {
             Ok(Some(state)) => state,
             Ok(None) => return Vec::new(),
             Err(e) => {
@@ -1098,29 +774,5 @@ impl ChangeSource for PostgresSource {
         if let Some(replication) = &self.replication {
             replication.update_applied_lsn(lsn);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn iceberg_schema_keys_are_required_identifiers() {
-        let col = |name: &str, key, array| Column {
-            name: name.into(),
-            ty: PgType {
-                scalar: types::Scalar::Long,
-                array,
-            },
-            key,
-        };
-        let schema = iceberg_schema(&[col("id", true, false), col("tags", false, true)]).unwrap();
-        assert_eq!(schema.identifier_field_ids().collect::<Vec<_>>(), vec![1]);
-        assert!(schema.field_by_name("id").unwrap().required);
-        assert!(matches!(
-            *schema.field_by_name("tags").unwrap().field_type,
-            iceberg::spec::Type::List(_)
-        ));
     }
 }
