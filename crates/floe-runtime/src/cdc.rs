@@ -206,8 +206,19 @@ impl<S: ChangeSource> ChangeJob<S> {
                 || self.source.buffered_bytes() as u64 >= self.config.max_buffered_bytes
             {
                 self.checkpoint().await?;
+                self.refresh_status().await;
                 deadline = Instant::now() + self.config.interval;
             }
+        }
+    }
+
+    /// Reads the source's own gauges (every interval, idle or not).
+    async fn refresh_status(&mut self) {
+        for (measure, value) in self.source.status().await {
+            self.metrics
+                .source_status
+                .with_label_values(&[measure])
+                .set(value);
         }
     }
 
@@ -345,12 +356,6 @@ impl<S: ChangeSource> ChangeJob<S> {
                 .unwrap_or_default(),
         );
         self.summary.checkpoints += 1;
-        for (measure, value) in self.source.status().await {
-            self.metrics
-                .source_status
-                .with_label_values(&[measure])
-                .set(value);
-        }
         for (table, n) in counts {
             self.metrics.rows.with_label_values(&[table]).inc_by(*n);
             *self.summary.rows.entry(table.clone()).or_default() += n;
