@@ -333,6 +333,10 @@ fn terminate(mut child: Child) {
     assert!(child.wait().unwrap().success(), "clean stop exits 0");
 }
 
+/// The three chaos tests run one at a time: each checks that killed jobs had time to commit,
+/// which two others killing jobs on the same two cores can starve.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn kills() -> usize {
     std::env::var("FLOE_CHAOS_KILLS")
         .ok()
@@ -342,6 +346,7 @@ fn kills() -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn otlp_from_kafka_lands_exactly_once_through_kill_9() {
+    let _one_at_a_time = SERIAL.lock().await;
     let Some(mut f) = Fixture::new("otlp-kafka").await else {
         return;
     };
@@ -379,6 +384,7 @@ async fn otlp_from_kafka_lands_exactly_once_through_kill_9() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_share_the_partitions_and_survive_a_kill() {
+    let _one_at_a_time = SERIAL.lock().await;
     let Some(mut f) = Fixture::new("otlp-replicas").await else {
         return;
     };
@@ -427,6 +433,7 @@ async fn two_replicas_share_the_partitions_and_survive_a_kill() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_and_expiry_while_the_job_commits_and_dies_lose_nothing() {
+    let _one_at_a_time = SERIAL.lock().await;
     let Some(mut f) = Fixture::new("otlp-maintenance").await else {
         return;
     };
