@@ -78,7 +78,6 @@ pub enum Change {
 pub struct ChangeBuffer {
     tables: HashMap<usize, TableBuffer>,
     bytes: usize,
-    changes: u64,
 }
 
 fn tuple_bytes(t: &Tuple) -> usize {
@@ -115,11 +114,6 @@ impl ChangeBuffer {
         self.bytes
     }
 
-    /// Changes applied since the last take.
-    pub fn changes(&self) -> u64 {
-        self.changes
-    }
-
     /// Whether nothing is buffered.
     pub fn is_empty(&self) -> bool {
         self.tables.is_empty()
@@ -130,13 +124,11 @@ impl ChangeBuffer {
         let buffer = self.tables.entry(table).or_default();
         buffer.entries.clear();
         buffer.truncated = true;
-        self.changes += 1;
     }
 
     /// Applies one change to `table`, whose tuples are in `layout`. `Err` says why it cannot
     /// be applied (a missing key, an unchanged TOASTed value nothing can supply).
     pub fn apply(&mut self, table: usize, layout: &Layout, change: Change) -> Result<(), String> {
-        self.changes += 1;
         let buffer = self.tables.entry(table).or_default();
         let missing_key = || "the change carries no complete key".to_string();
         match change {
@@ -311,17 +303,26 @@ impl ChangeBuffer {
         }))
     }
 
-    /// Tables with buffered changes.
-    pub fn touched(&self) -> Vec<usize> {
-        let mut t: Vec<usize> = self.tables.keys().copied().collect();
-        t.sort_unstable();
-        t
-    }
-
-    /// Forgets the counters after a take.
-    pub fn reset_counters(&mut self) {
+    /// Takes the collapsed changes of every touched table (see [`take_table`]), each in the
+    /// layout `layout_of(table)` gives; the buffer is empty afterwards. `Err` names the table
+    /// whose values did not convert.
+    ///
+    /// [`take_table`]: Self::take_table
+    pub fn take_all(
+        &mut self,
+        layout_of: impl Fn(usize) -> Layout,
+    ) -> Result<Vec<TableChanges>, (usize, String)> {
+        let mut touched: Vec<usize> = self.tables.keys().copied().collect();
+        touched.sort_unstable();
+        let mut out = Vec::with_capacity(touched.len());
+        for table in touched {
+            let changes = self
+                .take_table(table, &layout_of(table))
+                .map_err(|e| (table, e))?;
+            out.extend(changes);
+        }
         self.bytes = 0;
-        self.changes = 0;
+        Ok(out)
     }
 }
 

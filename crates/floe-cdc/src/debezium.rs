@@ -762,18 +762,11 @@ impl<S: Source + Sync> ChangeSource for DebeziumSource<S> {
     }
 
     fn take(&mut self) -> Result<(Vec<TableChanges>, Positions), SourceError> {
-        let mut out = Vec::new();
-        for index in self.buffer.touched() {
-            let layout = self.tables[index].layout.clone();
-            if let Some(changes) = self
-                .buffer
-                .take_table(index, &layout)
-                .map_err(|e| SourceError(format!("debezium: {}: {e}", self.tables[index].topic)))?
-            {
-                out.push(changes);
-            }
-        }
-        self.buffer.reset_counters();
+        let tables = &self.tables;
+        let out = self
+            .buffer
+            .take_all(|t| tables[t].layout.clone())
+            .map_err(|(t, e)| SourceError(format!("debezium: {}: {e}", tables[t].topic)))?;
         Ok((out, self.current.clone()))
     }
 

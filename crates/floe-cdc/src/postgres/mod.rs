@@ -713,22 +713,19 @@ impl ChangeSource for PostgresSource {
     }
 
     fn take(&mut self) -> Result<(Vec<TableChanges>, Positions), SourceError> {
-        let mut out = Vec::new();
-        for index in self.buffer.touched() {
-            let table = &self.tables[index];
-            let layout = table
-                .layout_union
-                .clone()
-                .unwrap_or_else(|| table.layout.clone());
-            if let Some(changes) = self
-                .buffer
-                .take_table(index, &layout)
-                .map_err(|e| SourceError(format!("postgres: table {}: {e}", table.qualified())))?
-            {
-                out.push(changes);
-            }
-        }
-        self.buffer.reset_counters();
+        let tables = &self.tables;
+        let out = self
+            .buffer
+            .take_all(|t| {
+                let table = &tables[t];
+                table
+                    .layout_union
+                    .clone()
+                    .unwrap_or_else(|| table.layout.clone())
+            })
+            .map_err(|(t, e)| {
+                SourceError(format!("postgres: table {}: {e}", tables[t].qualified()))
+            })?;
         if !out.is_empty() {
             self.uncommitted = true;
         }
