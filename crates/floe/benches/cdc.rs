@@ -20,10 +20,12 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use tokio_postgres::NoTls;
 
 mod common;
 use common::{cpu_seconds, peak_rss_mib, release_bin, start_catalog};
+#[path = "../tests/support/mod.rs"]
+mod support;
+use support::{PgAddress, pg_connect, slot_confirmed};
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -32,43 +34,19 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-async fn connect(config: &tokio_postgres::Config) -> tokio_postgres::Client {
-    let (client, connection) = config.connect(NoTls).await.unwrap();
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
-}
-
-async fn confirmed_reached(client: &tokio_postgres::Client, slot: &str, lsn: &str) -> bool {
-    client
-        .query_opt(
-            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 \
-             AND confirmed_flush_lsn >= $2::text::pg_lsn",
-            &[&slot, &lsn],
-        )
-        .await
-        .unwrap()
-        .is_some()
-}
-
-fn job(dir: &Path, config: &tokio_postgres::Config, db: &str, catalog: &str) -> std::path::PathBuf {
-    let host = match &config.get_hosts()[0] {
-        tokio_postgres::config::Host::Tcp(h) => h.clone(),
-        #[allow(unreachable_patterns)]
-        _ => "127.0.0.1".into(),
-    };
+fn job(dir: &Path, server: &PgAddress, db: &str, catalog: &str) -> std::path::PathBuf {
     let path = dir.join("job.toml");
     std::fs::write(
         &path,
         format!(
-            "version = 1\nname = \"bench\"\n[source.postgres]\nhost = \"{host}\"\nport = {}\n\
+            "version = 1\nname = \"bench\"\n[source.postgres]\nhost = \"{}\"\nport = {}\n\
              user = \"{}\"\ndatabase = \"{db}\"\nslot = \"floe_bench\"\npublication = \"bench\"\n\
              tables = [\"public.orders\"]\n\
              [catalog]\nuri = \"{catalog}\"\nnamespace = \"bench\"\n\
              [checkpoint]\ninterval = \"2s\"\nstate_dir = \"{}\"\n",
-            config.get_ports().first().copied().unwrap_or(5432),
-            config.get_user().unwrap_or("postgres"),
+            server.host,
+            server.port,
+            server.user,
             dir.join("state").display()
         ),
     )
@@ -130,14 +108,14 @@ async fn main() {
     let catalog = start_catalog(&dir);
 
     let mut config = tokio_postgres::Config::from_str(&url).unwrap();
-    let admin = connect(&config).await;
+    let admin = pg_connect(&config).await;
     let db = format!("bench_{}", std::process::id());
     admin
         .batch_execute(&format!("CREATE DATABASE {db}"))
         .await
         .unwrap();
     config.dbname(&db);
-    let client = connect(&config).await;
+    let client = pg_connect(&config).await;
     let began = Instant::now();
     client
         .batch_execute(&format!(
@@ -169,7 +147,8 @@ async fn main() {
     let copy_seconds = began.elapsed().as_secs_f64();
 
     // (s-b) floe's initial snapshot.
-    let job = job(&dir, &config, &db, &catalog.uri);
+    let server = PgAddress::of(&config);
+    let job = job(&dir, &server, &db, &catalog.uri);
     let log = dir.join("floe.log");
     let snapshot = run_floe(&job, &log, async || {
         std::fs::read_to_string(&log)
@@ -215,24 +194,15 @@ async fn main() {
     );
 
     // (a) pg_recvlogical decoding the same WAL to /dev/null.
-    let (host, port, user) = (
-        match &config.get_hosts()[0] {
-            tokio_postgres::config::Host::Tcp(h) => h.clone(),
-            #[allow(unreachable_patterns)]
-            _ => "127.0.0.1".into(),
-        },
-        config.get_ports().first().copied().unwrap_or(5432),
-        config.get_user().unwrap_or("postgres").to_string(),
-    );
     let began = Instant::now();
     let status = Command::new(Path::new(&pg_bin).join("pg_recvlogical"))
         .args([
             "-h",
-            &host,
+            &server.host,
             "-p",
-            &port.to_string(),
+            &server.port.to_string(),
             "-U",
-            &user,
+            &server.user,
             "-d",
             &db,
             "--slot",
@@ -256,7 +226,7 @@ async fn main() {
     // (b) floe streaming the same WAL to committed Iceberg.
     let stream_log = dir.join("floe-stream.log");
     let streaming = run_floe(&job, &stream_log, async || {
-        confirmed_reached(&client, "floe_bench", &end).await
+        slot_confirmed(&client, "floe_bench", &end).await
     })
     .await;
     let committed = std::fs::read_to_string(&stream_log)

@@ -14,7 +14,6 @@
 //! key. Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON`.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use floe_lake::marker::newest_marker;
@@ -26,7 +25,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{Value, json};
 
 mod support;
-use support::{python, service, start_catalog, temp_dir};
+use support::{python, service, spawn_floe, start_catalog, temp_dir, terminate};
 
 fn row_fields() -> Value {
     json!([
@@ -160,22 +159,6 @@ fn job_file(
     job
 }
 
-fn spawn_floe(job: &Path, log: &Path) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args(["run", job.to_str().unwrap()])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .unwrap(),
-        )
-        .spawn()
-        .unwrap()
-}
-
 /// Runs the job until the anchor's committed positions reach `ends` (topic, partition, next
 /// offset), then stops it cleanly.
 fn run_until_caught_up(
@@ -215,33 +198,73 @@ fn run_until_caught_up(
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
+        terminate(child);
+    }
+}
+
+/// A catalog in this process, a temp dir, a fresh topic prefix and a producer; `None` (skip)
+/// without the services.
+struct Fixture {
+    brokers: String,
+    dir: std::path::PathBuf,
+    catalog: floe_catalog::RunningCatalog,
+    client: floe_lake::rest::CatalogClient,
+    prefix: String,
+    producer: FutureProducer,
+}
+
+impl Fixture {
+    async fn new(tag: &str) -> Option<Self> {
+        let (Some(brokers), Some(_)) = (
+            service("FLOE_TEST_KAFKA_BROKERS"),
+            service("FLOE_TEST_PYTHON"),
+        ) else {
+            return None;
+        };
+        let dir = temp_dir(tag);
+        let (catalog, client) = start_catalog(&dir).await;
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("linger.ms", "5")
+            .create()
             .unwrap();
-        assert!(child.wait().unwrap().success());
+        Some(Self {
+            brokers,
+            dir,
+            catalog,
+            client,
+            prefix: format!("dbz{}", uuid::Uuid::new_v4().simple()),
+            producer,
+        })
+    }
+
+    /// A job file reading `topics` (see [`job_file`]).
+    fn job(&self, topics: &[&str]) -> std::path::PathBuf {
+        job_file(
+            &self.dir,
+            &self.brokers,
+            topics,
+            &self.prefix,
+            &self.catalog.uri(),
+        )
+    }
+
+    async fn finish(self) {
+        self.catalog.stop().await.unwrap();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_topics_become_upserted_tables() {
-    let (Some(brokers), Some(_)) = (
-        service("FLOE_TEST_KAFKA_BROKERS"),
-        service("FLOE_TEST_PYTHON"),
-    ) else {
+    let Some(f) = Fixture::new("debezium").await else {
         return;
     };
-    let dir = temp_dir("debezium");
-    let (catalog, client) = start_catalog(&dir).await;
-    let prefix = format!("dbz{}", uuid::Uuid::new_v4().simple());
-    let customers = format!("{prefix}.public.customers");
-    let orders = format!("{prefix}.inventory.orders");
-    create_topic(&brokers, &customers, 1).await;
-    create_topic(&brokers, &orders, 1).await;
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .create()
-        .unwrap();
+    let (dir, client, producer) = (&f.dir, &f.client, &f.producer);
+    let customers = format!("{}.public.customers", f.prefix);
+    let orders = format!("{}.inventory.orders", f.prefix);
+    create_topic(&f.brokers, &customers, 1).await;
+    create_topic(&f.brokers, &orders, 1).await;
 
     // 12.50 = "BOI=", 3.00 = "ASw=", 99.99 = "Jw8=".
     let (b1250, b300, b9999) = ("BOI=", "ASw=", "Jw8=");
@@ -249,7 +272,7 @@ async fn debezium_topics_become_upserted_tables() {
     // Run 1: snapshot reads, an insert, updates, a delete with tombstone.
     for id in 1..=3 {
         send(
-            &producer,
+            producer,
             &customers,
             &customer_key(id),
             Some(&customer_event(
@@ -262,7 +285,7 @@ async fn debezium_topics_become_upserted_tables() {
         .await;
     }
     send(
-        &producer,
+        producer,
         &customers,
         &customer_key(4),
         Some(&customer_event(
@@ -277,7 +300,7 @@ async fn debezium_topics_become_upserted_tables() {
     let mut updated = customer(1, "c1-renamed", b9999, "__debezium_unavailable_value");
     updated["active"] = json!(true);
     send(
-        &producer,
+        producer,
         &customers,
         &customer_key(1),
         Some(&customer_event(
@@ -290,16 +313,16 @@ async fn debezium_topics_become_upserted_tables() {
     .await;
     // id 2 is deleted (before = key only), then its tombstone.
     send(
-        &producer,
+        producer,
         &customers,
         &customer_key(2),
         Some(&customer_event("d", json!({"id": 2}), Value::Null, 400)),
     )
     .await;
-    send(&producer, &customers, &customer_key(2), None).await;
+    send(producer, &customers, &customer_key(2), None).await;
     // A replay of id 4's insert, older than what was applied: dropped.
     send(
-        &producer,
+        producer,
         &customers,
         &customer_key(4),
         Some(&customer_event(
@@ -313,7 +336,7 @@ async fn debezium_topics_become_upserted_tables() {
 
     for id in 1..=3 {
         send(
-            &producer,
+            producer,
             &orders,
             &json!({"id": id}),
             Some(&order_event("c", Value::Null, order(id, "book", id, 12.5))),
@@ -321,25 +344,19 @@ async fn debezium_topics_become_upserted_tables() {
         .await;
     }
     send(
-        &producer,
+        producer,
         &orders,
         &json!({"id": 2}),
         Some(&order_event("u", Value::Null, order(2, "pen", 5, 1.25))),
     )
     .await;
 
-    let job = job_file(
-        &dir,
-        &brokers,
-        &[&customers, &orders],
-        &prefix,
-        &catalog.uri(),
-    );
+    let job = f.job(&[&customers, &orders]);
     let log = dir.join("floe.log");
     run_until_caught_up(
         &job,
         &log,
-        &client,
+        client,
         &[(customers.clone(), 0, 8), (orders.clone(), 0, 4)],
     )
     .await;
@@ -347,7 +364,7 @@ async fn debezium_topics_become_upserted_tables() {
     // Run 2: a key change 3 → 30 (delete, tombstone, insert), and a truncate of orders
     // followed by a new order.
     send(
-        &producer,
+        producer,
         &customers,
         &customer_key(3),
         Some(&customer_event(
@@ -358,9 +375,9 @@ async fn debezium_topics_become_upserted_tables() {
         )),
     )
     .await;
-    send(&producer, &customers, &customer_key(3), None).await;
+    send(producer, &customers, &customer_key(3), None).await;
     send(
-        &producer,
+        producer,
         &customers,
         &customer_key(30),
         Some(&customer_event(
@@ -372,14 +389,14 @@ async fn debezium_topics_become_upserted_tables() {
     )
     .await;
     send(
-        &producer,
+        producer,
         &orders,
         &json!({"id": 1}),
         Some(&json!({"before": null, "after": null, "op": "t", "source": {}})),
     )
     .await;
     send(
-        &producer,
+        producer,
         &orders,
         &json!({"id": 9}),
         Some(&order_event("c", Value::Null, order(9, "lamp", 1, 40.0))),
@@ -388,7 +405,7 @@ async fn debezium_topics_become_upserted_tables() {
     run_until_caught_up(
         &job,
         &log,
-        &client,
+        client,
         &[(customers.clone(), 0, 11), (orders.clone(), 0, 6)],
     )
     .await;
@@ -425,29 +442,18 @@ async fn debezium_topics_become_upserted_tables() {
         ],
         "{out}"
     );
-    catalog.stop().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    f.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_upserts_land_exactly_once_through_kill_9() {
-    let (Some(brokers), Some(_)) = (
-        service("FLOE_TEST_KAFKA_BROKERS"),
-        service("FLOE_TEST_PYTHON"),
-    ) else {
+    let Some(f) = Fixture::new("debezium-chaos").await else {
         return;
     };
-    let dir = temp_dir("debezium-chaos");
-    let (catalog, client) = start_catalog(&dir).await;
-    let prefix = format!("dbz{}", uuid::Uuid::new_v4().simple());
-    let topic = format!("{prefix}.public.kv");
-    create_topic(&brokers, &topic, 3).await;
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .set("linger.ms", "5")
-        .create()
-        .unwrap();
-    let job = job_file(&dir, &brokers, &[&topic], &prefix, &catalog.uri());
+    let (dir, client, producer) = (&f.dir, &f.client, &f.producer);
+    let topic = format!("{}.public.kv", f.prefix);
+    create_topic(&f.brokers, &topic, 3).await;
+    let job = f.job(&[&topic]);
     let log = dir.join("floe.log");
 
     // The expected final image per key; a key always goes to the same partition.
@@ -474,8 +480,8 @@ async fn debezium_upserts_land_exactly_once_through_kill_9() {
                     expected.remove(&id);
                     let deleted =
                         json!({"before": {"id": id}, "after": null, "op": "d", "source": source});
-                    send_to(&producer, &topic, partition, &key, Some(&deleted)).await;
-                    send_to(&producer, &topic, partition, &key, None).await
+                    send_to(producer, &topic, partition, &key, Some(&deleted)).await;
+                    send_to(producer, &topic, partition, &key, None).await
                 } else {
                     let v = lsn as i64;
                     let op = if expected.insert(id, v).is_some() {
@@ -484,7 +490,7 @@ async fn debezium_upserts_land_exactly_once_through_kill_9() {
                         "c"
                     };
                     let event = json!({"before": null, "after": {"id": id, "v": v}, "op": op, "source": source});
-                    send_to(&producer, &topic, partition, &key, Some(&event)).await
+                    send_to(producer, &topic, partition, &key, Some(&event)).await
                 };
                 ends[partition as usize] = offset + 1;
             }
@@ -497,7 +503,7 @@ async fn debezium_upserts_land_exactly_once_through_kill_9() {
         .enumerate()
         .map(|(p, end)| (topic.clone(), p as i32, *end))
         .collect();
-    run_until_caught_up(&job, &log, &client, &ends).await;
+    run_until_caught_up(&job, &log, client, &ends).await;
 
     let table = client
         .load_table(&TableIdent::from_strs(["dbz", "kv"]).unwrap())
@@ -539,6 +545,5 @@ async fn debezium_upserts_land_exactly_once_through_kill_9() {
         lsn - 1_000,
         got.len()
     );
-    catalog.stop().await.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    f.finish().await;
 }

@@ -11,8 +11,7 @@
 //! without them unless `FLOE_REQUIRE_SERVICES=1`. `FLOE_CHAOS_KILLS` sets the number of kills
 //! (default 20).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use floe_core::position_of;
@@ -27,7 +26,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 mod support;
-use support::{python, service, start_catalog, temp_dir};
+use support::{kills, python, service, spawn_floe, start_catalog, temp_dir, terminate};
 
 struct Produced {
     spans: u64,
@@ -106,22 +105,6 @@ async fn produce_round(
     )
     .await;
     produced.bad += 1;
-}
-
-fn spawn_floe(job: &Path, log: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args(["run", job.to_str().unwrap()])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .unwrap(),
-        )
-        .spawn()
-        .unwrap()
 }
 
 /// A catalog, two fresh topics (3 partitions each), a producer and job files.
@@ -325,24 +308,9 @@ state_dir = "{state}"
     }
 }
 
-fn terminate(mut child: Child) {
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "clean stop exits 0");
-}
-
 /// The three chaos tests run one at a time: each checks that killed jobs had time to commit,
 /// which two others killing jobs on the same two cores can starve.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn kills() -> usize {
-    std::env::var("FLOE_CHAOS_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn otlp_from_kafka_lands_exactly_once_through_kill_9() {

@@ -17,7 +17,7 @@
 //! (default 20).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,10 +28,12 @@ use floe_lake::rest::CatalogClient;
 use futures::StreamExt;
 use iceberg::{NamespaceIdent, TableIdent};
 use rand::Rng;
-use tokio_postgres::NoTls;
 
 mod support;
-use support::{free_port, http_get, python, service, start_catalog, temp_dir};
+use support::{
+    PgAddress, free_port, http_get, kills, pg_connect, python, service, slot_confirmed, spawn_floe,
+    start_catalog, temp_dir, terminate,
+};
 
 const SCHEMA: &str = "
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
@@ -133,34 +135,22 @@ struct Database {
     client: tokio_postgres::Client,
 }
 
-async fn connect(config: &tokio_postgres::Config) -> tokio_postgres::Client {
-    let (client, connection) = config.connect(NoTls).await.unwrap();
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
-}
-
 impl Database {
     async fn create(url: &str, tag: &str) -> Self {
         let mut config = tokio_postgres::Config::from_str(url).unwrap();
-        let admin = connect(&config).await;
+        let admin = pg_connect(&config).await;
         let name = format!("{tag}_{}", uuid::Uuid::new_v4().simple());
         admin
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .unwrap();
         config.dbname(&name);
-        let host = match &config.get_hosts()[0] {
-            tokio_postgres::config::Host::Tcp(h) => h.clone(),
-            #[allow(unreachable_patterns)]
-            _ => "127.0.0.1".into(),
-        };
+        let PgAddress { host, port, user } = PgAddress::of(&config);
         Self {
             host,
-            port: config.get_ports().first().copied().unwrap_or(5432),
-            user: config.get_user().unwrap_or("postgres").to_string(),
-            client: connect(&config).await,
+            port,
+            user,
+            client: pg_connect(&config).await,
             admin,
             name,
         }
@@ -204,7 +194,7 @@ impl Database {
             .port(self.port)
             .user(&self.user)
             .dbname(&self.name);
-        connect(&config).await
+        pg_connect(&config).await
     }
 
     /// The rows of `table` in canonical form, one per line, into `file`.
@@ -236,40 +226,8 @@ impl Database {
 
     /// Whether the slot has confirmed everything up to `lsn`.
     async fn slot_reached(&self, slot: &str, lsn: &str) -> bool {
-        self.client
-            .query_opt(
-                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 \
-                 AND confirmed_flush_lsn >= $2::text::pg_lsn",
-                &[&slot, &lsn],
-            )
-            .await
-            .unwrap()
-            .is_some()
+        slot_confirmed(&self.client, slot, lsn).await
     }
-}
-
-fn spawn_floe(job: &Path, log: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args(["run", job.to_str().unwrap()])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-                .unwrap(),
-        )
-        .spawn()
-        .unwrap()
-}
-
-fn terminate(mut child: Child) {
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "clean stop exits 0");
 }
 
 fn job_file(dir: &Path, db: &Database, catalog: &str, extra: &str) -> PathBuf {
@@ -459,13 +417,6 @@ async fn workload(session: tokio_postgres::Client, stop: Arc<AtomicBool>, count:
 /// The kill -9 test and the million-row test run one at a time: the first checks that killed
 /// jobs had time to commit, which the other's load on the same two cores can starve.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn kills() -> usize {
-    std::env::var("FLOE_CHAOS_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20)
-}
 
 /// Waits until the job's initial snapshot is committed and its slot has confirmed everything
 /// written so far (a slot created after `target` confirms it at once); fails if `child` (the

@@ -95,3 +95,82 @@ pub(crate) fn http_get(port: u16, path: &str) -> String {
         .map(|(_, body)| body.to_string())
         .unwrap_or_default()
 }
+
+/// Starts `floe run JOB` with its log appended to `log`.
+pub(crate) fn spawn_floe(job: &Path, log: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["run", job.to_str().unwrap()])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap(),
+        )
+        .spawn()
+        .unwrap()
+}
+
+/// Stops a job with SIGTERM; it must take its final checkpoint and exit 0.
+pub(crate) fn terminate(mut child: std::process::Child) {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "clean stop exits 0");
+}
+
+/// How many times the chaos tests kill the job: `FLOE_CHAOS_KILLS`, default 20.
+pub(crate) fn kills() -> usize {
+    std::env::var("FLOE_CHAOS_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
+}
+
+/// Where a Postgres described by a `tokio_postgres::Config` listens, and as whom (for job
+/// files and the Postgres tools).
+#[derive(Debug, Clone)]
+pub(crate) struct PgAddress {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) user: String,
+}
+
+impl PgAddress {
+    pub(crate) fn of(config: &tokio_postgres::Config) -> Self {
+        let host = match config.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+            _ => "127.0.0.1".into(),
+        };
+        Self {
+            host,
+            port: config.get_ports().first().copied().unwrap_or(5432),
+            user: config.get_user().unwrap_or("postgres").to_string(),
+        }
+    }
+}
+
+/// A session to the test Postgres (no TLS), its connection driven on a task.
+pub(crate) async fn pg_connect(config: &tokio_postgres::Config) -> tokio_postgres::Client {
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// Whether replication slot `slot` has confirmed everything up to `lsn`.
+pub(crate) async fn slot_confirmed(client: &tokio_postgres::Client, slot: &str, lsn: &str) -> bool {
+    client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 \
+             AND confirmed_flush_lsn >= $2::text::pg_lsn",
+            &[&slot, &lsn],
+        )
+        .await
+        .unwrap()
+        .is_some()
+}
