@@ -38,6 +38,15 @@ pub struct Column {
 /// The columns of a table as of some point of the stream; tuples are in this order.
 pub type Layout = Arc<Vec<Column>>;
 
+/// The names of the key columns, in column order.
+pub fn key_names(columns: &[Column]) -> Vec<String> {
+    columns
+        .iter()
+        .filter(|c| c.key)
+        .map(|c| c.name.clone())
+        .collect()
+}
+
 #[derive(Debug)]
 struct Entry {
     /// The key may exist in older data.

@@ -39,7 +39,7 @@ use floe_core::{
 };
 use serde_json::Value as Json;
 
-use crate::changes::{Change, ChangeBuffer, Column, Layout};
+use crate::changes::{Change, ChangeBuffer, Column, Layout, key_names};
 use crate::pgoutput::Value;
 use crate::types::{PgType, Scalar};
 
@@ -704,12 +704,7 @@ impl<S: Source + Sync> ChangeSource for DebeziumSource<S> {
                 source_name: t.source_name.clone(),
                 name: t.name.clone(),
                 schema: t.schema(),
-                key: t
-                    .layout
-                    .iter()
-                    .filter(|c| c.key)
-                    .map(|c| c.name.clone())
-                    .collect(),
+                key: key_names(&t.layout),
             })
             .collect()
     }

@@ -31,11 +31,13 @@ use std::time::{Duration, Instant};
 use arrow_array::RecordBatch;
 use bytes::Bytes;
 use floe_core::{ChangeSource, ChangeStart, ChangeTable, Positions, SourceError, TableChanges};
-use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent, TlsConfig};
+use pgwire_replication::{
+    IdentifySystem, Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent, TlsConfig,
+};
 use tokio::sync::mpsc;
 use tokio_postgres::NoTls;
 
-use crate::changes::{Change, ChangeBuffer, Column};
+use crate::changes::{Change, ChangeBuffer, Column, key_names};
 use crate::copy::CopyTable;
 use crate::pgoutput::{self, Message, OldTuple};
 use crate::types;
@@ -247,6 +249,24 @@ impl PostgresSource {
         Ok(source)
     }
 
+    /// A replication session that waits before START_REPLICATION (it will start at `start`),
+    /// and the server's IDENTIFY_SYSTEM answer.
+    async fn open_replication(
+        &self,
+        start: Lsn,
+    ) -> Result<(ReplicationClient, IdentifySystem), SourceError> {
+        let mut replication = ReplicationClient::connect_gated(
+            self.config.replication_config().with_start_lsn(start),
+        )
+        .await
+        .map_err(|e| err("replication session", e))?;
+        let system = replication
+            .identify_system()
+            .await
+            .map_err(|e| err("IDENTIFY_SYSTEM", e))?;
+        Ok((replication, system))
+    }
+
     async fn start_snapshot(&mut self) -> Result<(), SourceError> {
         if catalog::slot_state(&self.catalog, &self.config.slot)
             .await?
@@ -262,13 +282,7 @@ impl PostgresSource {
                 .await
                 .map_err(|e| err("dropping the unused slot", e))?;
         }
-        let mut replication = ReplicationClient::connect_gated(self.config.replication_config())
-            .await
-            .map_err(|e| err("replication session", e))?;
-        let system = replication
-            .identify_system()
-            .await
-            .map_err(|e| err("IDENTIFY_SYSTEM", e))?;
+        let (mut replication, system) = self.open_replication(Lsn::from_u64(0)).await?;
         let rows = replication
             .simple_query(&format!(
                 "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')",
@@ -352,17 +366,7 @@ impl PostgresSource {
                 Lsn::from_u64(committed_lsn)
             )));
         }
-        let mut replication = ReplicationClient::connect_gated(
-            self.config
-                .replication_config()
-                .with_start_lsn(Lsn::from_u64(committed_lsn)),
-        )
-        .await
-        .map_err(|e| err("replication session", e))?;
-        let system = replication
-            .identify_system()
-            .await
-            .map_err(|e| err("IDENTIFY_SYSTEM", e))?;
+        let (replication, system) = self.open_replication(Lsn::from_u64(committed_lsn)).await?;
         if !self.system_id.is_empty() && self.system_id != system.system_id {
             return Err(SourceError(format!(
                 "postgres: the server is cluster {}, but the job's commits came from cluster \
@@ -543,10 +547,7 @@ impl PostgresSource {
                 key: known.is_some_and(|c| c.key),
             });
         }
-        let keys = |l: &[Column]| -> Vec<String> {
-            l.iter().filter(|c| c.key).map(|c| c.name.clone()).collect()
-        };
-        if keys(&layout) != keys(&current) {
+        if key_names(&layout) != key_names(&current) {
             return Err(SourceError(format!(
                 "postgres: the key of {qualified} lost a column; Floe cannot follow that change"
             )));
@@ -582,12 +583,7 @@ impl ChangeSource for PostgresSource {
                 source_name: t.qualified(),
                 name: t.iceberg_name.clone(),
                 schema: t.iceberg.clone(),
-                key: t
-                    .layout
-                    .iter()
-                    .filter(|c| c.key)
-                    .map(|c| c.name.clone())
-                    .collect(),
+                key: key_names(&t.layout),
             })
             .collect()
     }
