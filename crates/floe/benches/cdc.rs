@@ -22,10 +22,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 
 mod common;
+use common::support::{PgAddress, pg_connect, slot_confirmed};
 use common::{cpu_seconds, peak_rss_mib, release_bin, start_catalog};
-#[path = "../tests/support/mod.rs"]
-mod support;
-use support::{PgAddress, pg_connect, slot_confirmed};
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)

@@ -19,8 +19,6 @@
 //! `FLOE_BENCH_KEEP=1` keeps the warehouse (its path is printed) for a closer look.
 
 mod common;
-#[path = "../tests/support/mod.rs"]
-mod support;
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -97,7 +95,7 @@ fn duckdb(metadata: &str) -> Duck {
          g = timed(f'SELECT service_name, span_name, count(*), avg(duration_ns) FROM {{src}} GROUP BY ALL')\n\
          print(json.dumps([count, str(checksum), c, g]))"
     );
-    let stdout = support::python(&script);
+    let stdout = common::support::python(&script);
     let last = stdout.lines().last().unwrap_or_default();
     let v: serde_json::Value = serde_json::from_str(last)
         .unwrap_or_else(|e| panic!("unreadable DuckDB answer {stdout:?}: {e}"));

@@ -21,13 +21,11 @@ pub(crate) fn release_bin(name: &str) -> PathBuf {
     PathBuf::from(target).join("release").join(name)
 }
 
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+/// The tests' helpers (service variables, DuckDB read-back, Postgres sessions, free ports).
+#[path = "../../tests/support/mod.rs"]
+pub(crate) mod support;
+
+pub(crate) use support::free_port;
 
 pub(crate) fn peak_rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
