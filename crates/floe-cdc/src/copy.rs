@@ -16,7 +16,7 @@ use floe_core::SourceError;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use crate::changes::Layout;
+use crate::changelog::Layout;
 use crate::types::ColumnBuilder;
 
 /// Rows per snapshot batch.
@@ -129,8 +129,9 @@ impl CopyTable<'_> {
             .zip(&arrays)
             .map(|(c, a)| arrow_schema::Field::new(&c.name, a.data_type().clone(), true))
             .collect();
-        RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), arrays)
-            .map_err(|e| SourceError(format!("postgres: snapshot batch of {}: {e}", self.name)))
+        RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), arrays).map_err(|e| {
+            SourceError::internal(format!("postgres: snapshot batch of {}: {e}", self.name))
+        })
     }
 
     /// Copies the table on `client` (inside the imported snapshot), sending batches of
@@ -140,7 +141,8 @@ impl CopyTable<'_> {
         client: &tokio_postgres::Client,
         tx: &mpsc::Sender<Result<(usize, RecordBatch), SourceError>>,
     ) -> Result<(), SourceError> {
-        let failed = |e: String| SourceError(format!("postgres: copying {}: {e}", self.name));
+        let failed =
+            |e: String| SourceError::external(format!("postgres: copying {}: {e}", self.name));
         let sql = format!(
             "COPY (SELECT {} FROM {}) TO STDOUT (FORMAT binary)",
             self.select.join(", "),

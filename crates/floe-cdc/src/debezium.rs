@@ -1,4 +1,5 @@
-//! Debezium change events (JSON, from Kafka) as a [`ChangeSource`].
+//! Debezium change events (JSON, from Kafka) as a [`Format`]: one changelog stream per
+//! source table.
 //!
 //! One Kafka topic per source table (`<prefix>.<schema>.<table>`, Debezium's default). Each
 //! record is decoded with or without the JsonConverter schema envelope
@@ -20,36 +21,34 @@
 //!   the checkpoint;
 //! * **order**: per key, Kafka partition order; an event whose `source.sequence` is older than
 //!   the newest applied from its partition (a replay after Debezium restarted) is dropped;
-//! * **exactly once**: positions are the Kafka offsets (and sequence watermarks), committed in
-//!   the Iceberg snapshot as for the OTLP job.
+//! * **exactly once**: positions are the Kafka offsets (and per partition the sequence
+//!   watermark, `"{topic}/{p}#sequence"`), committed in the Iceberg snapshot as for the OTLP
+//!   job;
+//! * **bad input**: a record that cannot be decoded (not JSON, no `op`, a value of the wrong
+//!   type) is refused and dead-lettered — skipping it leaves every other key exact; a table
+//!   Floe cannot keep (records without keys, a type it cannot map) stops the job.
 //!
-//! Values are turned into Postgres' text forms and go through the same [`ChangeBuffer`] and
-//! column builders as the Postgres source.
+//! Ops become changelog rows: `c`, `r` and `u` are `+U` (an upsert, since Debezium may
+//! deliver a row twice), `d` and tombstones `-D`. Values are turned into Postgres' text forms
+//! and go through the same [`ChangelogBuilder`] as the Postgres source.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use base64::Engine;
 use bytes::Bytes;
 use floe_core::{
-    ChangeSource, ChangeStart, ChangeTable, PollLimit, Polled, Positions, Source, SourceError,
-    SourceRecord, TableChanges, position_key,
+    Appended, Format, Op, Positions, Refused, SourceError, SourceRecord, StreamSpec, position_key,
 };
 use serde_json::Value as Json;
 
-use crate::changes::{Change, ChangeBuffer, Column, Layout, key_names};
+use crate::changelog::{ChangelogBuilder, Column, Layout, key_names};
 use crate::pgoutput::Value;
 use crate::types::{PgType, Scalar};
 
 /// Debezium's stand-in for a TOASTed value it did not read.
 pub const UNAVAILABLE: &str = "__debezium_unavailable_value";
-
-const POLL: PollLimit = PollLimit {
-    records: 8192,
-    bytes: 16 * 1024 * 1024,
-};
 
 /// How a column's JSON values become text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,31 +84,24 @@ struct DbzTable {
     name: String,
     columns: Vec<DbzColumn>,
     layout: Layout,
+    schema: iceberg::spec::Schema,
+    rows: ChangelogBuilder,
 }
 
-impl DbzTable {
-    fn schema(&self) -> iceberg::spec::Schema {
-        crate::postgres::iceberg_schema(&self.layout).expect("valid columns")
-    }
-}
-
-/// Decodes Debezium topics into collapsed changes.
-pub struct DebeziumSource<S: Source> {
-    kafka: S,
+/// Decodes Debezium topics into changelog streams, one per source table (in the order their
+/// first event arrived).
+pub struct DebeziumFormat {
     tables: Vec<DbzTable>,
     by_topic: HashMap<String, usize>,
-    buffer: ChangeBuffer,
-    records: Vec<SourceRecord>,
-    /// Positions after the records read so far (offsets and sequence watermarks).
-    current: Positions,
-    /// Positions of the last commit.
-    committed: Positions,
+    /// Sequence watermarks per partition after the records appended so far.
+    sequences: Positions,
     table_names: HashMap<String, String>,
+    version: u64,
 }
 
-impl<S: Source> std::fmt::Debug for DebeziumSource<S> {
+impl std::fmt::Debug for DebeziumFormat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DebeziumSource")
+        f.debug_struct("DebeziumFormat")
             .field("tables", &self.tables.len())
             .finish_non_exhaustive()
     }
@@ -419,19 +411,16 @@ fn envelope(json: Json) -> (Option<Json>, Json) {
     }
 }
 
-impl<S: Source> DebeziumSource<S> {
-    /// Debezium events from `kafka`'s topics; `table_names` maps `schema.table` to an Iceberg
-    /// table name.
-    pub fn new(kafka: S, table_names: HashMap<String, String>) -> Self {
+impl DebeziumFormat {
+    /// A format for Debezium topics; `table_names` maps `schema.table` to an Iceberg table
+    /// name.
+    pub fn new(table_names: HashMap<String, String>) -> Self {
         Self {
-            kafka,
             tables: Vec::new(),
             by_topic: HashMap::new(),
-            buffer: ChangeBuffer::default(),
-            records: Vec::new(),
-            current: Positions::new(),
-            committed: Positions::new(),
+            sequences: Positions::new(),
             table_names,
+            version: 0,
         }
     }
 
@@ -528,16 +517,21 @@ impl<S: Source> DebeziumSource<S> {
                 Some((schema, table)) => format!("{schema}_{table}"),
                 None => source_name.replace(['.', '-'], "_"),
             });
-        let layout = Arc::new(columns.iter().map(|c| c.column.clone()).collect::<Vec<_>>());
+        let layout: Layout = Arc::new(columns.iter().map(|c| c.column.clone()).collect());
+        let schema =
+            crate::postgres::iceberg_schema(&layout).map_err(|e| format!("topic {topic}: {e}"))?;
         let index = self.tables.len();
         self.tables.push(DbzTable {
             topic: topic.to_string(),
             source_name,
             name,
             columns,
+            rows: ChangelogBuilder::new(layout.clone()),
             layout,
+            schema,
         });
         self.by_topic.insert(topic.to_string(), index);
+        self.version += 1;
         Ok(index)
     }
 
@@ -573,6 +567,10 @@ impl<S: Source> DebeziumSource<S> {
             tracing::info!(topic = %table.topic, columns = ?added.iter().map(|c| &c.column.name).collect::<Vec<_>>(), "the table gained columns");
             table.columns.extend(added);
             table.layout = Arc::new(table.columns.iter().map(|c| c.column.clone()).collect());
+            table.schema = crate::postgres::iceberg_schema(&table.layout)
+                .map_err(|e| format!("topic {}: {e}", table.topic))?;
+            table.rows.set_layout(table.layout.clone())?;
+            self.version += 1;
         }
         Ok(())
     }
@@ -604,8 +602,8 @@ impl<S: Source> DebeziumSource<S> {
             .collect()
     }
 
-    /// Applies one record; `Err` is the reason it cannot be.
-    fn apply(&mut self, record: &SourceRecord) -> Result<(), String> {
+    /// Applies one record.
+    fn apply(&mut self, record: &SourceRecord) -> Result<Appended, Refused> {
         let key_json = match &record.key {
             Some(k) if !k.is_empty() => serde_json::from_slice::<Json>(k)
                 .map_err(|e| format!("the key is not JSON: {e}"))?,
@@ -623,13 +621,16 @@ impl<S: Source> DebeziumSource<S> {
         let topic = record.topic.to_string();
         let index = match self.by_topic.get(&topic) {
             Some(&i) => i,
-            None => self.table_for(&topic, &key, key_schema.as_ref(), schema.as_ref(), &payload)?,
+            // A table Floe cannot keep stops the job: every later record of it would fail.
+            None => self
+                .table_for(&topic, &key, key_schema.as_ref(), schema.as_ref(), &payload)
+                .map_err(|e| Refused::Stop(SourceError::user(format!("debezium: {e}"))))?,
         };
         if payload.is_null() {
             // A tombstone: delete by key (after its `d`, a no-op).
             let old = self.key_tuple(index, &key)?;
-            let layout = self.tables[index].layout.clone();
-            return self.buffer.apply(index, &layout, Change::Delete(old));
+            self.push(index, Op::Delete, &old)?;
+            return Ok(Appended::Rows);
         }
         let op = payload
             .get("op")
@@ -641,133 +642,126 @@ impl<S: Source> DebeziumSource<S> {
             && let Some(sequence) = parse_sequence(&source)
         {
             let mark = watermark_key(&topic, record.partition);
-            let seen = self.current.get(&mark).and_then(|s| {
+            let seen = self.sequences.get(&mark).and_then(|s| {
                 let (a, b) = s.split_once(',')?;
                 Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?))
             });
             if seen.is_some_and(|seen| sequence < seen) {
                 tracing::debug!(%topic, ?sequence, "dropping a replayed event");
-                return Ok(());
+                return Ok(Appended::Rows);
             }
-            self.current
+            self.sequences
                 .insert(mark, format!("{},{}", sequence.0, sequence.1));
         }
         let after = payload.get("after").cloned().unwrap_or(Json::Null);
         let before = payload.get("before").cloned().unwrap_or(Json::Null);
         if !after.is_null() {
-            self.widen(index, schema.as_ref(), &after)?;
+            self.widen(index, schema.as_ref(), &after)
+                .map_err(|e| Refused::Stop(SourceError::user(format!("debezium: {e}"))))?;
         }
-        let layout = self.tables[index].layout.clone();
         match op.as_str() {
             "c" | "r" | "u" => {
-                let new = self.tuple(index, &after)?;
+                let mut new = self.tuple(index, &after)?;
+                // A full `before` supplies values the placeholder stands for.
                 let before_full = before.as_object().is_some_and(|b| {
                     self.tables[index]
                         .columns
                         .iter()
                         .all(|c| b.contains_key(&c.column.name))
                 });
-                let old = if before.is_null() {
-                    None
-                } else {
-                    Some(self.tuple(index, &before)?)
-                };
-                self.buffer.apply(
-                    index,
-                    &layout,
-                    Change::Update {
-                        old,
-                        old_full: before_full,
-                        new,
-                    },
-                )
+                if before_full && new.contains(&Value::Unchanged) {
+                    let old = self.tuple(index, &before)?;
+                    for (value, old) in new.iter_mut().zip(old) {
+                        if *value == Value::Unchanged && old != Value::Unchanged {
+                            *value = old;
+                        }
+                    }
+                }
+                self.push(index, Op::UpdateAfter, &new)?;
+                Ok(Appended::Rows)
             }
             "d" => {
                 let old = self.key_tuple(index, &key)?;
-                self.buffer.apply(index, &layout, Change::Delete(old))
+                self.push(index, Op::Delete, &old)?;
+                Ok(Appended::Rows)
             }
             "t" => {
-                self.buffer.truncate(index);
-                Ok(())
+                self.tables[index].rows.clear();
+                Ok(Appended::Truncate(index))
             }
-            "m" => Ok(()),
-            other => Err(format!("unknown op {other:?}")),
+            "m" => Ok(Appended::Rows),
+            other => Err(Refused::Record(format!("unknown op {other:?}"))),
         }
+    }
+
+    fn push(&mut self, index: usize, op: Op, tuple: &[Value]) -> Result<(), String> {
+        let table = &mut self.tables[index];
+        if crate::changelog::key_of(&table.layout, tuple).is_none() {
+            return Err(format!("the {} event carries no complete key", op.symbol()));
+        }
+        table.rows.push(op, tuple)
     }
 }
 
-impl<S: Source + Sync> ChangeSource for DebeziumSource<S> {
-    fn tables(&self) -> Vec<ChangeTable> {
+impl Format for DebeziumFormat {
+    fn streams(&self) -> Vec<StreamSpec> {
         self.tables
             .iter()
-            .map(|t| ChangeTable {
-                source_name: t.source_name.clone(),
-                name: t.name.clone(),
-                schema: t.schema(),
+            .map(|t| StreamSpec {
+                name: t.source_name.clone(),
+                table: t.name.clone(),
+                schema: Some(t.schema.clone()),
+                changelog: true,
                 key: key_names(&t.layout),
+                time_column: None,
+                partition: Vec::new(),
+                bloom_filter_columns: Vec::new(),
+                plain_columns: Vec::new(),
             })
             .collect()
     }
 
-    async fn begin(
-        &mut self,
-        job: Option<&Positions>,
-        _tables: &[Option<Positions>],
-    ) -> Result<ChangeStart, SourceError> {
-        self.committed = job.cloned().unwrap_or_default();
-        self.current = self.committed.clone();
-        self.kafka.seek(&self.committed)?;
-        Ok(ChangeStart::Stream)
+    fn streams_version(&self) -> u64 {
+        self.version
     }
 
-    async fn snapshot_batch(&mut self) -> Result<Option<(usize, RecordBatch)>, SourceError> {
-        Ok(None)
+    fn append(&mut self, record: &SourceRecord, _ingested_at_us: i64) -> Result<Appended, Refused> {
+        self.apply(record)
     }
 
-    async fn poll(&mut self, timeout: Duration) -> Result<(), SourceError> {
-        let polled = self.kafka.poll(&mut self.records, POLL, timeout).await?;
-        if polled == Polled::Rebalanced {
-            // Start over from the last commit on whatever is owned now.
-            self.records.clear();
-            self.buffer = ChangeBuffer::default();
-            self.current = self.committed.clone();
-            self.kafka.seek(&self.committed)?;
-            return Ok(());
+    fn buffered_rows(&self) -> usize {
+        self.tables.iter().map(|t| t.rows.rows()).sum()
+    }
+
+    fn stream_rows(&self, stream: usize) -> usize {
+        self.tables.get(stream).map_or(0, |t| t.rows.rows())
+    }
+
+    fn take(&mut self) -> Vec<(usize, RecordBatch)> {
+        let mut out = Vec::new();
+        for (index, table) in self.tables.iter_mut().enumerate() {
+            match table.rows.take() {
+                Ok(batches) => out.extend(batches.into_iter().map(|b| (index, b))),
+                // Every value was parsed as it was pushed; a batch that cannot be built is ours.
+                Err(e) => panic!("changelog rows of {}: {e}", table.topic),
+            }
         }
-        let records = std::mem::take(&mut self.records);
-        for record in &records {
-            self.apply(record).map_err(|e| {
-                SourceError(format!(
-                    "debezium: {} partition {} offset {}: {e}",
-                    record.topic, record.partition, record.offset
-                ))
-            })?;
-            self.current.insert(
-                position_key(&record.topic, record.partition),
-                (record.offset + 1).to_string(),
-            );
+        out
+    }
+
+    fn positions(&self) -> Positions {
+        self.sequences.clone()
+    }
+
+    fn seek(&mut self, positions: &Positions) {
+        self.sequences = positions
+            .iter()
+            .filter(|(k, _)| k.ends_with("#sequence"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for table in &mut self.tables {
+            table.rows.clear();
         }
-        self.records = records;
-        self.records.clear();
-        Ok(())
-    }
-
-    fn buffered_bytes(&self) -> usize {
-        self.buffer.bytes()
-    }
-
-    fn take(&mut self) -> Result<(Vec<TableChanges>, Positions), SourceError> {
-        let tables = &self.tables;
-        let out = self
-            .buffer
-            .take_all(|t| tables[t].layout.clone())
-            .map_err(|(t, e)| SourceError(format!("debezium: {}: {e}", tables[t].topic)))?;
-        Ok((out, self.current.clone()))
-    }
-
-    fn acknowledge(&mut self, positions: &Positions) {
-        self.committed = positions.clone();
-        self.kafka.acknowledge(positions);
     }
 }
 

@@ -1,15 +1,16 @@
 //! `floe-cdc`: change data capture sources.
 //!
-//! * [`postgres`] — the [`floe_core::ChangeSource`] of a Postgres publication: a consistent
+//! * [`postgres`] — the [`floe_core::Reader`] of a Postgres publication: a consistent
 //!   initial copy, then logical replication (pgoutput over `pgwire-replication`), acknowledged
 //!   only after the Iceberg commit;
-//! * [`debezium`] — the [`floe_core::ChangeSource`] of Debezium change events (JSON) read
-//!   from Kafka topics, exactly once through the offsets committed with the data;
+//! * [`debezium`] — the [`floe_core::Format`] of Debezium change events (JSON) read from
+//!   Kafka topics, exactly once through the offsets committed with the data;
 //! * [`pgoutput`] — the pgoutput message decoder;
 //! * [`types`] — the Postgres → Iceberg type mapping and text-value parsing;
-//! * [`changes`] — the per-key collapsing change buffer shared by the sources.
+//! * [`changelog`] — changelog rows (`+I`/`+U`/`-D`) built from decoded tuples, shared by
+//!   both; the runtime's upsert sink collapses them per key.
 
-pub mod changes;
+pub mod changelog;
 mod copy;
 pub mod debezium;
 pub mod pgoutput;

@@ -135,11 +135,11 @@ impl KafkaSource {
                 generation: generation.clone(),
                 lag: lag.clone(),
             })
-            .map_err(|e| SourceError(format!("cannot create the Kafka consumer: {e}")))?;
+            .map_err(|e| SourceError::user(format!("cannot create the Kafka consumer: {e}")))?;
         let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
         consumer
             .subscribe(&topics)
-            .map_err(|e| SourceError(format!("cannot subscribe to {topics:?}: {e}")))?;
+            .map_err(|e| SourceError::user(format!("cannot subscribe to {topics:?}: {e}")))?;
         Ok(Self {
             consumer,
             lag,
@@ -205,7 +205,7 @@ impl KafkaSource {
             .consumer
             .fetch_watermarks(topic, partition, Duration::from_secs(10))
             .map_err(|e| {
-                SourceError(format!(
+                SourceError::external(format!(
                     "cannot read the offsets of {topic}/{partition}: {e}"
                 ))
             })?;
@@ -298,7 +298,7 @@ impl Source for KafkaSource {
         let assignment = self
             .consumer
             .assignment()
-            .map_err(|e| SourceError(format!("cannot read the assignment: {e}")))?;
+            .map_err(|e| SourceError::internal(format!("cannot read the assignment: {e}")))?;
         self.pending.clear();
         self.next.clear();
         for element in assignment.elements() {

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use arrow_array::RecordBatch;
-use floe_core::{Format, SourceRecord, TableSpec};
+use floe_core::{Appended, Format, Refused, SourceRecord, StreamSpec};
 
 use crate::decode::{Signal, decode};
 use crate::rows::{Lineage, TableBuilders};
@@ -35,24 +35,27 @@ impl OtlpFormat {
 }
 
 impl Format for OtlpFormat {
-    fn tables(&self) -> Vec<TableSpec> {
+    fn streams(&self) -> Vec<StreamSpec> {
         OtlpTable::ALL
             .iter()
-            .map(|t| TableSpec {
-                key: t.key(),
-                default_name: t.default_name(),
-                schema: t.schema(),
-                time_column: "ts",
+            .map(|t| StreamSpec {
+                name: t.key().to_string(),
+                table: t.default_name().to_string(),
+                schema: Some(t.schema()),
+                changelog: false,
+                key: Vec::new(),
+                time_column: Some("ts".to_string()),
+                partition: vec![("ts".to_string(), iceberg::spec::Transform::Day)],
                 bloom_filter_columns: match t {
-                    OtlpTable::Spans | OtlpTable::Logs => &["trace_id"],
-                    _ => &[],
+                    OtlpTable::Spans | OtlpTable::Logs => vec!["trace_id".to_string()],
+                    _ => Vec::new(),
                 },
-                plain_columns: t.plain_columns(),
+                plain_columns: t.plain_columns().iter().map(|c| c.to_string()).collect(),
             })
             .collect()
     }
 
-    fn append(&mut self, record: &SourceRecord, ingested_at_us: i64) -> Result<usize, String> {
+    fn append(&mut self, record: &SourceRecord, ingested_at_us: i64) -> Result<Appended, Refused> {
         let signal = self.signal(&record.topic).ok_or_else(|| {
             format!(
                 "topic {} carries no known signal; map it in [source.kafka.signals]",
@@ -60,7 +63,7 @@ impl Format for OtlpFormat {
             )
         })?;
         let decoded = decode(signal, &record.payload).map_err(|e| e.to_string())?;
-        Ok(self.builders.append(
+        self.builders.append(
             &decoded,
             &Lineage {
                 topic: &record.topic,
@@ -68,18 +71,25 @@ impl Format for OtlpFormat {
                 offset: record.offset,
                 ingested_at_us,
             },
-        ))
+        );
+        Ok(Appended::Rows)
     }
 
     fn buffered_rows(&self) -> usize {
         self.builders.rows()
     }
 
-    fn take(&mut self) -> Vec<(&'static str, RecordBatch)> {
+    fn stream_rows(&self, stream: usize) -> usize {
+        OtlpTable::ALL
+            .get(stream)
+            .map_or(0, |t| self.builders.table_rows(*t))
+    }
+
+    fn take(&mut self) -> Vec<(usize, RecordBatch)> {
         self.builders
             .finish()
             .into_iter()
-            .map(|(t, b)| (t.key(), b))
+            .map(|(t, b)| (t as usize, b))
             .collect()
     }
 }

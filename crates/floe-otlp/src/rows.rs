@@ -578,6 +578,11 @@ impl TableBuilders {
         self.tables.iter().map(|(_, c)| c.rows).sum()
     }
 
+    /// Rows of one table appended since the last [`Self::finish`].
+    pub fn table_rows(&self, table: OtlpTable) -> usize {
+        self.tables[table as usize].1.rows
+    }
+
     /// The batches of every table that has rows; the builders start empty again.
     pub fn finish(&mut self) -> Vec<(OtlpTable, RecordBatch)> {
         self.tables

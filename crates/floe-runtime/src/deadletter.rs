@@ -10,7 +10,8 @@ use arrow_array::RecordBatch;
 use arrow_array::builder::{
     Int32Builder, Int64Builder, LargeBinaryBuilder, StringBuilder, TimestampMicrosecondBuilder,
 };
-use floe_core::SourceRecord;
+use floe_core::DeadLetter;
+use floe_lake::tables::{PartitionField, Wanted, ensure_table};
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 
 /// Loads (creating it, and the job's namespace, if missing) the job's dead-letter table, and
@@ -25,17 +26,14 @@ pub(crate) async fn ensure_anchor(
     client
         .ensure_namespace(&[config.catalog.namespace.as_str()])
         .await?;
-    let options = crate::tables::writer_options(config, 128 * 1024 * 1024, &[], &[]);
-    let table = crate::tables::ensure_table(
+    let options = crate::landing::writer_options(config, 128 * 1024 * 1024, &[], &[]);
+    let table = ensure_table(
         client,
         &config.catalog.namespace,
-        &crate::tables::Wanted {
+        &Wanted {
             name: &config.dead_letter_table,
             schema: &schema(),
-            partition: &[crate::job::PartitionField {
-                column: "ts".into(),
-                transform: iceberg::spec::Transform::Day,
-            }],
+            partition: &[PartitionField::day("ts")],
             properties: &options.to_table_properties(),
         },
     )
@@ -88,13 +86,13 @@ pub(crate) struct DeadLetters {
 }
 
 impl DeadLetters {
-    pub(crate) fn push(&mut self, record: &SourceRecord, error: &str, now_us: i64) {
+    pub(crate) fn push(&mut self, letter: &DeadLetter, now_us: i64) {
         self.ts.append_value(now_us);
-        self.error.append_value(error);
-        self.raw.append_value(&record.payload);
-        self.topic.append_value(&record.topic);
-        self.partition.append_value(record.partition);
-        self.offset.append_value(record.offset);
+        self.error.append_value(&letter.reason);
+        self.raw.append_value(&letter.raw);
+        self.topic.append_value(&letter.topic);
+        self.partition.append_value(letter.partition);
+        self.offset.append_value(letter.offset);
         self.rows += 1;
     }
 

@@ -38,7 +38,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use floe_config::{ConfigErrors, ConfigProblem, Source};
-use floe_core::{StartAt, TableSpec};
+use floe_core::{StartAt, StreamSpec};
+pub use floe_lake::tables::PartitionField;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -272,24 +273,15 @@ pub struct CatalogConfig {
     pub embedded: Option<EmbeddedCatalog>,
 }
 
-/// One partition field: `transform(column)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionField {
-    /// Source column.
-    pub column: String,
-    /// Iceberg transform.
-    pub transform: iceberg::spec::Transform,
-}
-
-/// Settings of one table.
+/// Settings of one stream's table (`[tables.<stream>]`).
 #[derive(Debug, Clone)]
 pub struct TableConfig {
-    /// The format's key.
+    /// The stream.
     pub key: String,
-    /// Table name.
-    pub name: String,
-    /// Partition spec of a new table.
-    pub partition: Vec<PartitionField>,
+    /// Table name (default: the stream's).
+    pub name: Option<String>,
+    /// Partition spec of a new table (default: the stream's).
+    pub partition: Option<Vec<PartitionField>>,
     /// Roll files past this size.
     pub target_file_size: u64,
     /// Table properties of a new table.
@@ -384,50 +376,18 @@ impl Check<'_> {
     }
 }
 
-/// Parses `transform(column)` (transforms: identity, year, month, day, hour, `bucket[N]`,
-/// `truncate[W]`; also written `bucket(N, column)`).
-pub fn parse_partition_field(text: &str) -> Result<PartitionField, String> {
-    use iceberg::spec::Transform;
-    let bad = || {
-        format!(
-            "{text:?} is not a partition field like \"day(ts)\", \"bucket(16, service_name)\" or \"identity(region)\""
-        )
-    };
-    let (name, rest) = text.trim().split_once('(').ok_or_else(bad)?;
-    let inner = rest.strip_suffix(')').ok_or_else(bad)?;
-    let args: Vec<&str> = inner.split(',').map(str::trim).collect();
-    let number = |s: &str| s.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(bad);
-    let (transform, column) = match (name.trim(), args.as_slice()) {
-        ("identity", [c]) => (Transform::Identity, *c),
-        ("year", [c]) => (Transform::Year, *c),
-        ("month", [c]) => (Transform::Month, *c),
-        ("day", [c]) => (Transform::Day, *c),
-        ("hour", [c]) => (Transform::Hour, *c),
-        ("bucket", [n, c]) => (Transform::Bucket(number(n)?), *c),
-        ("truncate", [w, c]) => (Transform::Truncate(number(w)?), *c),
-        _ => return Err(bad()),
-    };
-    if column.is_empty() {
-        return Err(bad());
-    }
-    Ok(PartitionField {
-        column: column.to_string(),
-        transform,
-    })
-}
-
 impl JobConfig {
-    /// Reads and validates a job file against the tables its format writes.
-    pub fn load(path: &Path, tables: &[TableSpec]) -> Result<Self, ConfigErrors> {
+    /// Reads and validates a job file against the streams its format declares.
+    pub fn load(path: &Path, tables: &[StreamSpec]) -> Result<Self, ConfigErrors> {
         let text = floe_config::read(path)?;
         Self::from_toml(Some(path), &text, tables)
     }
 
-    /// Validates job TOML; `tables` are the format's tables.
+    /// Validates job TOML; `tables` are the format's streams.
     pub fn from_toml(
         file: Option<&Path>,
         text: &str,
-        tables: &[TableSpec],
+        tables: &[StreamSpec],
     ) -> Result<Self, ConfigErrors> {
         let source = Source { file, text };
         let raw: RawJob = floe_config::parse(source)?;
@@ -553,8 +513,8 @@ impl JobConfig {
                         "a CDC table is named `schema.table`, e.g. [tables.\"public.orders\"]",
                     );
                 }
-            } else if !tables.iter().any(|t| t.key == key.get_ref()) {
-                let known: Vec<&str> = tables.iter().map(|t| t.key).collect();
+            } else if !tables.iter().any(|t| &t.name == key.get_ref()) {
+                let known: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
                 c.at(
                     key,
                     format!(
@@ -572,7 +532,7 @@ impl JobConfig {
                     .partition
                     .iter()
                     .flatten()
-                    .filter_map(|f| match parse_partition_field(&c.text(f)) {
+                    .filter_map(|f| match PartitionField::parse(&c.text(f)) {
                         Ok(p) => Some(p),
                         Err(message) => {
                             c.at(f, message);
@@ -585,16 +545,11 @@ impl JobConfig {
                     .iter()
                     .map(|(k, v)| (k.clone(), c.text(v)))
                     .collect();
-                let default_name = key
-                    .get_ref()
-                    .rsplit('.')
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
                 table_configs.push(TableConfig {
                     key: key.get_ref().clone(),
-                    name: c.opt(t.name.as_ref()).unwrap_or(default_name),
-                    partition,
+                    // Without a name, the stream's own (`schema_table` outside `public`).
+                    name: c.opt(t.name.as_ref()),
+                    partition: t.partition.as_ref().map(|_| partition),
                     target_file_size: c.bytes(t.target_file_size.as_ref(), 128 * 1024 * 1024),
                     properties,
                 });
@@ -604,25 +559,26 @@ impl JobConfig {
             let raw_table = raw
                 .tables
                 .iter()
-                .find(|(k, _)| k.get_ref() == spec.key)
+                .find(|(k, _)| k.get_ref() == &spec.name)
                 .map(|(_, t)| t);
             let empty = RawTable::default();
             let t = raw_table.unwrap_or(&empty);
-            let partition = match &t.partition {
-                None => vec![PartitionField {
-                    column: spec.time_column.to_string(),
-                    transform: iceberg::spec::Transform::Day,
-                }],
-                Some(fields) => fields
+            let schema = spec.schema.as_ref();
+            let partition = t.partition.as_ref().map(|fields| {
+                fields
                     .iter()
                     .filter_map(|f| {
                         let text = c.text(f);
-                        match parse_partition_field(&text) {
-                            Ok(p) if spec.schema.field_by_name(&p.column).is_some() => Some(p),
+                        match PartitionField::parse(&text) {
+                            Ok(p)
+                                if schema.is_none_or(|s| s.field_by_name(&p.column).is_some()) =>
+                            {
+                                Some(p)
+                            }
                             Ok(p) => {
                                 c.at(
                                     f,
-                                    format!("table {} has no column {:?}", spec.key, p.column),
+                                    format!("table {} has no column {:?}", spec.name, p.column),
                                 );
                                 None
                             }
@@ -632,18 +588,16 @@ impl JobConfig {
                             }
                         }
                     })
-                    .collect(),
-            };
+                    .collect()
+            });
             let properties = t
                 .properties
                 .iter()
                 .map(|(k, v)| (k.clone(), c.text(v)))
                 .collect();
             table_configs.push(TableConfig {
-                key: spec.key.to_string(),
-                name: c
-                    .opt(t.name.as_ref())
-                    .unwrap_or_else(|| spec.default_name.to_string()),
+                key: spec.name.clone(),
+                name: c.opt(t.name.as_ref()),
                 partition,
                 target_file_size: c.bytes(t.target_file_size.as_ref(), 128 * 1024 * 1024),
                 properties,

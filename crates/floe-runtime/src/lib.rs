@@ -1,17 +1,20 @@
-//! `floe-runtime`: runs one job — a [`floe_core::Source`] read through a
-//! [`floe_core::Format`] into Iceberg tables, one exactly-once commit per checkpoint (see
-//! [`run`] for the protocol). It names no concrete source or format; the `floe` binary wires
-//! them from the job file ([`job`]).
+//! `floe-runtime`: runs one job — a [`floe_core::Reader`]'s streams into Iceberg tables, one
+//! exactly-once, fenced commit per checkpoint, for every kind of job (see [`run`] for the
+//! loop and [`committer`] for the protocol). It names no concrete source or format: the
+//! `floe` binary wires them from the job file ([`job`]); [`RecordReader`] turns any
+//! [`floe_core::Source`] and [`floe_core::Format`] into a reader.
 
-pub mod cdc;
+mod committer;
 pub mod deadletter;
 pub mod job;
+mod landing;
 pub mod metrics;
+pub mod record;
 pub mod run;
-pub mod tables;
-mod writers;
+mod sink;
+mod upsert;
 
-pub use cdc::ChangeJob;
 pub use job::JobConfig;
 pub use metrics::JobMetrics;
+pub use record::RecordReader;
 pub use run::{Job, RunSummary};

@@ -1,48 +1,50 @@
-//! The job loop: read, decode, write, and commit one checkpoint at a time, exactly once.
+//! The job loop — one for every job kind: read, route, write, and commit one checkpoint at a
+//! time, exactly once.
+//!
+//! ```text
+//!  Reader ──rows (per source partition)──> sinks (writer task: append | upsert) ──files──┐
+//!    ^  seek(committed)      │ refused: dead letters → the anchor's sink                 │
+//!    │                       └─ barrier: where the reader allows one ────────────────────┤
+//!    └── acknowledge ── Committer: one fenced multi-table commit, the anchor always in it ┘
+//! ```
 //!
 //! * **Recovery.** The positions come from the anchor (dead-letter) table's newest marker of
-//!   the job, and the source seeks there — the local state directory is never needed for it.
-//! * **Checkpoint.** Every `interval` (or once `max_buffered_bytes` of payload are buffered)
-//!   the writers close their files and one commit carries all tables, the anchor always among
-//!   them, with the marker `{job, writer, checkpoint, positions}`. Reading goes on while that
-//!   commit runs; the next barrier first waits for it (one commit in flight). Only a settled
-//!   commit's positions are acknowledged to the source.
-//! * **Fencing.** The positions recorded are planned on the anchor's head at commit time: if
-//!   another writer (a replica that took over a partition) committed any of this writer's
-//!   partitions since this writer sought them, the checkpoint is dropped and the partitions
-//!   are sought again — a zombie never commits a duplicate.
+//!   the job, and the reader seeks there — the local state directory is never needed for it.
+//! * **Checkpoint.** Every `interval` (or once `max_buffered_bytes` were read), where the
+//!   reader allows a barrier (never inside a source transaction or an initial copy), the
+//!   sinks hand over their files and the committer commits them with the positions. Reading
+//!   goes on while that commit runs; the next barrier first waits for it (one commit in
+//!   flight), and a finished commit is settled as soon as it is seen, so the source hears
+//!   of it promptly.
+//! * **Fencing** ([`crate::committer`]): a checkpoint whose partitions another writer moved is
+//!   dropped and the partitions are sought again.
 //! * **Rebalance.** When the source's partitions change, the uncommitted checkpoint is dropped
 //!   (its files deleted) and every owned partition is sought to its committed position.
+//! * **Streams and tables.** Each stream lands in its table, created on first use; a stream
+//!   whose schema gains columns gets them added before rows carrying them are written.
 //! * **Bad data** goes to the dead-letter table in the same checkpoint; the job goes on.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use floe_core::{Format, PollLimit, Polled, Positions, Source, SourceRecord, position_key};
-use floe_lake::commit::{RetryPolicy, commit_checkpoint_planned};
-use floe_lake::marker::{CommitMarker, newest_marker};
+use floe_core::{Barrier, Committed, Polled, Positions, ReadItem, ReadOut, Reader, SourceError};
+use floe_lake::marker::newest_marker;
 use floe_lake::rest::{CatalogClient, LoadedTable};
-use floe_lake::snapshot::Delta;
 use floe_lake::{ErrorKind, LakeError, LakeResult};
+use iceberg::TableIdent;
+use iceberg::io::FileIO;
 use tokio_util::sync::CancellationToken;
 
+use crate::committer::{Checkpoint, Committer, Part, Settled};
 use crate::deadletter::{self, DeadLetters};
 use crate::job::JobConfig;
+use crate::landing::Landing;
 use crate::metrics::JobMetrics;
-use crate::tables::{Wanted, ensure_table, writer_options};
-use crate::writers::{Target, Writers};
+use crate::sink::{Sink, SinkInput, SinkKind, Sinks};
 
-/// The writer key of the dead-letter table.
-const DEAD_LETTER: &str = "dead_letter";
-
-/// Rows buffered in the format before they are handed to the writers.
+/// Rows buffered in the reader before they are handed to the sinks.
 const FLUSH_ROWS: usize = 64 * 1024;
-/// What one poll may take from the source: the records waiting for decoding stay small.
-const POLL: PollLimit = PollLimit {
-    records: 8192,
-    bytes: 8 * 1024 * 1024,
-};
 
 /// What a run did.
 #[derive(Debug, Clone, Default)]
@@ -55,44 +57,61 @@ pub struct RunSummary {
     pub dead_letters: u64,
 }
 
+/// A table a sink writes.
+#[derive(Debug, Clone)]
+struct Landed {
+    ident: TableIdent,
+    io: FileIO,
+    /// The current schema's column names, to see when a stream gained some.
+    columns: Vec<String>,
+}
+
+impl Landed {
+    fn of(table: &LoadedTable) -> Self {
+        Self {
+            ident: table.ident.clone(),
+            io: table.io.clone(),
+            columns: column_names(table.metadata.current_schema()),
+        }
+    }
+}
+
+fn column_names(schema: &iceberg::spec::Schema) -> Vec<String> {
+    schema
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.name.clone())
+        .collect()
+}
+
 /// A running job.
-pub struct Job<S: Source, F: Format> {
+pub struct Job<R: Reader> {
     config: JobConfig,
     client: CatalogClient,
-    source: S,
-    format: F,
+    reader: R,
     metrics: JobMetrics,
-    writer_id: String,
-    next_checkpoint: u64,
-    /// The job's tables; `tables[0]` is the dead-letter (anchor) table.
-    tables: Vec<LoadedTable>,
-    /// The writer task, with one target per table in the same order.
-    writers: Writers,
+    sinks: Sinks,
+    committer: Committer,
+    /// The table of each sink; `landed[0]` is the dead-letter (anchor) table.
+    landed: Vec<Landed>,
+    /// The sink of each reader stream, once its table exists.
+    stream_sinks: Vec<Option<usize>>,
+    /// The reader's streams version the sinks follow.
+    streams_version: Option<u64>,
     dead_letters: DeadLetters,
-    /// Positions of the owned partitions as last sought or committed.
+    /// This writer's positions as last sought or committed.
     start: Positions,
-    /// Positions of the owned partitions after the records read so far.
-    current: Positions,
-    buffered_bytes: u64,
+    /// `reader.bytes_read()` at the last barrier.
+    bytes_at_barrier: u64,
     summary: RunSummary,
-    in_flight: Option<InFlight>,
 }
 
-/// A checkpoint being committed while the next one is read.
-struct InFlight {
-    task: tokio::task::JoinHandle<LakeResult<(floe_lake::commit::CommitReport, Duration)>>,
-    /// The positions it records for this writer's partitions.
-    positions: Positions,
-    deltas: Vec<(iceberg::TableIdent, Delta)>,
-    rows: Vec<(String, u64)>,
-    began: Instant,
-}
-
-impl<S: Source, F: Format> std::fmt::Debug for Job<S, F> {
+impl<R: Reader> std::fmt::Debug for Job<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Job")
             .field("name", &self.config.name)
-            .field("writer", &self.writer_id)
+            .field("writer", &self.committer.writer())
             .finish_non_exhaustive()
     }
 }
@@ -104,94 +123,129 @@ fn now_us() -> i64 {
         .unwrap_or_default()
 }
 
-fn fenced(message: String) -> LakeError {
-    LakeError::new(ErrorKind::Fenced, message)
+/// A source failure as the job's error: retryable faults are unavailability, the rest the
+/// input's or ours.
+fn source_error(e: SourceError) -> LakeError {
+    let kind = if e.retryable() {
+        ErrorKind::Unavailable
+    } else {
+        ErrorKind::Invalid
+    };
+    LakeError::new(kind, e.to_string())
 }
 
-impl<S: Source, F: Format> Job<S, F> {
-    /// Creates or evolves the job's tables.
+impl<R: Reader> Job<R> {
+    /// Creates the dead-letter (anchor) table and the tables of the streams known now.
     pub async fn open(
         config: JobConfig,
         client: CatalogClient,
-        source: S,
-        format: F,
+        reader: R,
         metrics: JobMetrics,
     ) -> LakeResult<Self> {
-        let mut targets = Vec::new();
-        let (anchor, dead_letter_options) = deadletter::ensure_anchor(&client, &config).await?;
-        targets.push(Target::new(DEAD_LETTER, anchor, dead_letter_options)?);
-        for spec in format.tables() {
-            let table_config = config
-                .tables
-                .iter()
-                .find(|t| t.key == spec.key)
-                .ok_or_else(|| {
-                    LakeError::new(ErrorKind::Invalid, format!("no settings for {}", spec.key))
-                })?;
-            let writer_options = writer_options(
-                &config,
-                table_config.target_file_size,
-                spec.bloom_filter_columns,
-                spec.plain_columns,
-            );
-            let mut properties = writer_options.to_table_properties();
-            properties.extend(table_config.properties.clone());
-            let table = ensure_table(
-                &client,
-                &config.catalog.namespace,
-                &Wanted {
-                    name: &table_config.name,
-                    schema: &spec.schema,
-                    partition: &table_config.partition,
-                    properties: &properties,
-                },
-            )
+        let (anchor, options) = deadletter::ensure_anchor(&client, &config).await?;
+        let mut sinks = Sinks::start();
+        let landed = vec![Landed::of(&anchor)];
+        sinks
+            .add(Sink::new(anchor, options, SinkKind::Append)?)
             .await?;
-            targets.push(Target::new(spec.key, table, writer_options)?);
-        }
-        Ok(Self {
-            writer_id: uuid::Uuid::now_v7().to_string(),
+        let mut job = Self {
+            committer: Committer::new(client.clone(), config.name.clone()),
             config,
             client,
-            source,
-            format,
+            reader,
             metrics,
-            next_checkpoint: 1,
-            tables: targets.iter().map(|t| t.table.clone()).collect(),
-            writers: Writers::start(targets),
+            sinks,
+            landed,
+            stream_sinks: Vec::new(),
+            streams_version: None,
             dead_letters: DeadLetters::default(),
             start: Positions::new(),
-            current: Positions::new(),
-            buffered_bytes: 0,
+            bytes_at_barrier: 0,
             summary: RunSummary::default(),
-            in_flight: None,
-        })
+        };
+        job.follow_streams().await?;
+        Ok(job)
     }
 
-    /// The positions committed for the whole job.
-    async fn committed_positions(&self) -> LakeResult<Positions> {
-        let anchor = self.client.load_table(&self.tables[0].ident).await?;
-        Ok(newest_marker(&anchor.metadata, &self.config.name)
-            .map(|found| found.marker.positions)
-            .unwrap_or_default())
+    /// Creates the tables of streams that got a schema, and adds the columns a stream gained.
+    async fn follow_streams(&mut self) -> LakeResult<()> {
+        let version = self.reader.streams_version();
+        if self.streams_version == Some(version) {
+            return Ok(());
+        }
+        for (index, spec) in self.reader.streams().iter().enumerate() {
+            let Some(schema) = &spec.schema else {
+                continue;
+            };
+            if self.stream_sinks.len() <= index {
+                self.stream_sinks.resize(index + 1, None);
+            }
+            let landing = Landing::of(&self.config, spec)?;
+            match self.stream_sinks[index] {
+                None => {
+                    let table = landing
+                        .ensure(&self.client, &self.config.catalog.namespace, schema)
+                        .await?;
+                    self.landed.push(Landed::of(&table));
+                    let sink = self
+                        .sinks
+                        .add(Sink::new(table, landing.options, landing.kind)?)
+                        .await?;
+                    self.stream_sinks[index] = Some(sink);
+                }
+                Some(sink) => {
+                    let columns = &self.landed[sink].columns;
+                    let gained = column_names(schema).iter().any(|c| !columns.contains(c));
+                    if gained {
+                        let table = landing
+                            .ensure(&self.client, &self.config.catalog.namespace, schema)
+                            .await?;
+                        self.landed[sink] = Landed::of(&table);
+                        self.sinks.retable(sink, table).await?;
+                    }
+                }
+            }
+        }
+        self.streams_version = Some(version);
+        Ok(())
     }
 
-    /// Seeks every owned partition to its committed position.
+    /// Seeks the reader to the job's committed positions.
     async fn recover(&mut self) -> LakeResult<()> {
-        let committed = self.committed_positions().await?;
-        self.source
-            .seek(&committed)
-            .map_err(|e| LakeError::new(ErrorKind::Unavailable, e.0))?;
-        let owned = self.source.assignment();
-        self.start = committed
-            .into_iter()
-            .filter(|(k, _)| owned.contains(k))
+        let anchor = self.client.load_table(&self.landed[0].ident).await?;
+        let job = newest_marker(&anchor.metadata, &self.config.name).map(|f| f.marker.positions);
+        // A table's own positions matter only when a catalog without multi-table commits may
+        // have left it behind the anchor.
+        let mut tables = Vec::new();
+        if self.reader.wants_table_positions() && !self.client.supports_transactions() {
+            for sink in &self.stream_sinks {
+                tables.push(match sink {
+                    Some(sink) => {
+                        let table = self.client.load_table(&self.landed[*sink].ident).await?;
+                        newest_marker(&table.metadata, &self.config.name)
+                            .map(|f| f.marker.positions)
+                    }
+                    None => None,
+                });
+            }
+        }
+        let committed = Committed {
+            job: job.clone(),
+            tables,
+        };
+        self.reader.seek(&committed).await.map_err(source_error)?;
+        // Fencing compares the anchor's values of the entries this writer holds.
+        let job = job.unwrap_or_default();
+        self.start = self
+            .reader
+            .positions()
+            .keys()
+            .filter_map(|k| job.get(k).map(|v| (k.clone(), v.clone())))
             .collect();
-        self.current = self.start.clone();
+        self.bytes_at_barrier = self.reader.bytes_read();
         tracing::info!(
             job = %self.config.name,
-            writer = %self.writer_id,
-            partitions = owned.len(),
+            writer = %self.committer.writer(),
             positions = ?self.start,
             "reading from the committed positions"
         );
@@ -202,93 +256,126 @@ impl<S: Source, F: Format> Job<S, F> {
     /// finishes.
     pub async fn run(mut self, shutdown: CancellationToken) -> LakeResult<RunSummary> {
         self.recover().await?;
-        let mut records: Vec<SourceRecord> = Vec::with_capacity(1024);
         let mut deadline = Instant::now() + self.config.interval;
+        let mut status_due = Instant::now();
         loop {
             let wait = deadline
                 .saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(200));
+                .clamp(Duration::from_millis(1), Duration::from_millis(200));
             let polled = tokio::select! {
-                polled = self.source.poll(&mut records, POLL, wait) => polled,
+                polled = self.reader.read(wait) => polled,
                 () = shutdown.cancelled() => {
-                    tracing::info!("stopping: taking a final checkpoint");
-                    self.checkpoint().await?;
-                    self.settle().await?;
+                    self.stop().await?;
                     return Ok(self.summary);
                 }
             };
-            let polled = polled.map_err(|e| LakeError::new(ErrorKind::Unavailable, e.0))?;
+            let polled = polled.map_err(source_error)?;
             if polled == Polled::Rebalanced {
-                records.clear();
                 // A commit in flight lands (or not) before anything is sought again.
                 self.settle().await?;
                 self.abort("the partition assignment changed").await;
                 self.recover().await?;
                 continue;
             }
-            let ingested_at = now_us();
-            for record in records.drain(..) {
-                self.buffered_bytes += record.payload.len() as u64;
-                self.metrics
-                    .bytes
-                    .with_label_values(&[&*record.topic])
-                    .inc_by(record.payload.len() as u64);
-                if let Err(reason) = self.format.append(&record, ingested_at) {
-                    tracing::debug!(topic = %record.topic, offset = record.offset, %reason, "dead letter");
-                    self.dead_letters.push(&record, &reason, ingested_at);
-                }
-                self.current.insert(
-                    position_key(&record.topic, record.partition),
-                    (record.offset + 1).to_string(),
-                );
+            self.follow_streams().await?;
+            if self.committer.finished() {
+                self.settle().await?;
             }
-            if self.format.buffered_rows() >= FLUSH_ROWS {
+            if self.reader.buffered_rows() >= FLUSH_ROWS {
                 self.flush().await?;
             }
-            if polled == Polled::Finished {
+            let barrier = self.reader.barrier();
+            if polled == Polled::Finished && barrier != Barrier::NotNow {
                 self.checkpoint().await?;
                 self.settle().await?;
                 return Ok(self.summary);
             }
-            if Instant::now() >= deadline || self.buffered_bytes >= self.config.max_buffered_bytes {
+            let due = Instant::now() >= deadline
+                || self.reader.bytes_read() - self.bytes_at_barrier
+                    >= self.config.max_buffered_bytes;
+            if barrier == Barrier::Wanted || (due && barrier == Barrier::Allowed) {
                 self.checkpoint().await?;
                 deadline = Instant::now() + self.config.interval;
+            }
+            if Instant::now() >= status_due {
+                self.refresh_status().await;
+                status_due = Instant::now() + self.config.interval;
             }
         }
     }
 
-    /// Hands the rows buffered in the format to the writer task.
-    async fn flush(&mut self) -> LakeResult<()> {
-        let mut batches: Vec<(String, arrow_array::RecordBatch)> = Vec::new();
-        if let Some(batch) = self.dead_letters.take() {
-            batches.push((DEAD_LETTER.to_string(), batch));
+    /// SIGTERM: a final checkpoint (unless the reader is where no barrier may go).
+    async fn stop(&mut self) -> LakeResult<()> {
+        if self.reader.barrier() == Barrier::NotNow {
+            tracing::info!(
+                job = %self.config.name,
+                "stopping inside a source transaction or an initial copy; the next start reads it again"
+            );
+            self.settle().await?;
+            return Ok(());
         }
-        batches.extend(
-            self.format
-                .take()
-                .into_iter()
-                .map(|(k, b)| (k.to_string(), b)),
-        );
-        self.writers.write(batches).await
+        tracing::info!("stopping: taking a final checkpoint");
+        self.checkpoint().await?;
+        self.settle().await?;
+        Ok(())
+    }
+
+    /// Reads the source's own gauges.
+    async fn refresh_status(&mut self) {
+        for (measure, value) in self.reader.status().await {
+            self.metrics
+                .source_status
+                .with_label_values(&[measure])
+                .set(value);
+        }
+    }
+
+    /// Hands what the reader read to the sinks.
+    async fn flush(&mut self) -> LakeResult<()> {
+        let mut out = ReadOut::default();
+        self.reader.take(&mut out);
+        let ingested_at = now_us();
+        for letter in &out.dead_letters {
+            self.dead_letters.push(letter, ingested_at);
+        }
+        let mut inputs = Vec::with_capacity(out.items.len() + 1);
+        if let Some(batch) = self.dead_letters.take() {
+            inputs.push((0, SinkInput::Rows(batch)));
+        }
+        for item in out.items {
+            let stream = match &item {
+                ReadItem::Rows(rows) => rows.stream,
+                ReadItem::Truncate(stream) => *stream,
+            };
+            let Some(sink) = self.stream_sinks.get(stream).copied().flatten() else {
+                return Err(LakeError::new(
+                    ErrorKind::Invalid,
+                    format!("rows of stream {stream}, which has no table yet"),
+                ));
+            };
+            inputs.push((
+                sink,
+                match item {
+                    ReadItem::Rows(rows) => SinkInput::Rows(rows.batch),
+                    ReadItem::Truncate(_) => SinkInput::Truncate,
+                },
+            ));
+        }
+        self.sinks.write(inputs).await
     }
 
     /// Drops the uncommitted checkpoint: its rows and files.
     async fn abort(&mut self, why: &str) {
-        if self.buffered_bytes > 0 || self.current != self.start {
-            tracing::warn!(job = %self.config.name, why, "dropping the uncommitted checkpoint");
-            self.metrics.aborted_checkpoints.inc();
-        } else {
-            tracing::info!(job = %self.config.name, why, "seeking again");
-        }
-        let _ = self.format.take();
+        tracing::warn!(job = %self.config.name, why, "dropping what is not committed and seeking again");
+        self.metrics.aborted_checkpoints.inc();
+        let mut dropped = ReadOut::default();
+        self.reader.take(&mut dropped);
         let _ = self.dead_letters.take();
-        self.writers.abort().await;
-        self.buffered_bytes = 0;
+        self.sinks.abort().await;
     }
 
     /// The barrier: closes the files of everything read so far and starts committing them as
-    /// one checkpoint, after the previous checkpoint's commit has settled. Reading goes on
-    /// while the commit runs (one commit in flight at a time).
+    /// one checkpoint, after the previous checkpoint's commit has settled.
     async fn checkpoint(&mut self) -> LakeResult<()> {
         if self.settle().await? {
             // The previous checkpoint was fenced: everything after it was dropped.
@@ -296,71 +383,22 @@ impl<S: Source, F: Format> Job<S, F> {
         }
         let began = Instant::now();
         self.flush().await?;
-        let closed = self.writers.close().await?;
-        let mut deltas = Vec::new();
-        let mut rows = Vec::new();
-        for (index, (table, (files, n))) in self.tables.iter().zip(closed).enumerate() {
-            // The anchor is always committed; other tables only with new files.
-            if index == 0 || !files.is_empty() {
-                rows.push((table.ident.name().to_string(), n));
-                deltas.push((
-                    table.ident.clone(),
-                    Delta {
-                        data_files: files,
-                        ..Default::default()
-                    },
-                ));
-            }
-        }
-        self.buffered_bytes = 0;
-        let has_files = deltas.iter().any(|(_, d)| !d.data_files.is_empty());
-        if !has_files && self.current == self.start {
-            return Ok(());
-        }
-        let marker = CommitMarker {
-            job_id: self.config.name.clone(),
-            writer: Some(self.writer_id.clone()),
-            checkpoint_id: self.next_checkpoint,
-            positions: Positions::new(),
-        };
-        self.next_checkpoint += 1;
-        let (client, start, current) = (
-            self.client.clone(),
-            self.start.clone(),
-            self.current.clone(),
-        );
-        let commit_deltas = deltas.clone();
-        let task = tokio::spawn(async move {
-            let began = Instant::now();
-            commit_checkpoint_planned(
-                &client,
-                &marker,
-                &commit_deltas,
-                &RetryPolicy::default(),
-                |base| {
-                    let mut positions = base.map(|m| m.positions.clone()).unwrap_or_default();
-                    for key in current.keys() {
-                        if positions.get(key) != start.get(key) {
-                            return Err(fenced(format!(
-                                "partition {key} was committed by another writer (at {:?}, \
-                                 this writer started at {:?})",
-                                positions.get(key),
-                                start.get(key)
-                            )));
-                        }
-                    }
-                    positions.extend(current.clone());
-                    Ok(positions)
-                },
-            )
-            .await
-            .map(|report| (report, began.elapsed()))
-        });
-        self.in_flight = Some(InFlight {
-            task,
-            positions: self.current.clone(),
-            deltas,
-            rows,
+        let closings = self.sinks.close().await?;
+        self.bytes_at_barrier = self.reader.bytes_read();
+        let parts = self
+            .landed
+            .iter()
+            .zip(closings)
+            .map(|(landed, closing)| Part {
+                table: landed.ident.clone(),
+                io: landed.io.clone(),
+                closing,
+            })
+            .collect();
+        self.committer.start(Checkpoint {
+            parts,
+            start: self.start.clone(),
+            current: self.reader.positions(),
             began,
         });
         Ok(())
@@ -369,61 +407,47 @@ impl<S: Source, F: Format> Job<S, F> {
     /// Waits for the commit in flight, if any. Returns whether it was fenced (then everything
     /// read since was dropped and the partitions were sought again).
     async fn settle(&mut self) -> LakeResult<bool> {
-        let Some(in_flight) = self.in_flight.take() else {
-            return Ok(false);
-        };
-        let result = in_flight.task.await.map_err(|e| {
-            LakeError::new(ErrorKind::Invalid, format!("the commit task failed: {e}"))
-        })?;
-        match result {
-            Ok((report, commit_took)) => {
+        match self.committer.settle().await? {
+            Settled::Nothing => Ok(false),
+            Settled::Committed(committed) => {
                 self.metrics
                     .commit_seconds
-                    .observe(commit_took.as_secs_f64());
-                self.start = in_flight.positions;
-                self.source.acknowledge(&self.start);
+                    .observe(committed.commit_took.as_secs_f64());
+                self.start = committed.positions;
+                self.reader.acknowledge(&self.start);
                 self.metrics.checkpoints.inc();
-                let took = in_flight.began.elapsed();
-                self.metrics.checkpoint_seconds.observe(took.as_secs_f64());
+                self.metrics
+                    .checkpoint_seconds
+                    .observe(committed.took.as_secs_f64());
                 self.metrics.last_commit.set(now_us() / 1_000_000);
-                for (partition, lag) in self.source.lag() {
+                for (partition, lag) in self.reader.lag() {
                     self.metrics.lag.with_label_values(&[&partition]).set(lag);
                 }
                 self.summary.checkpoints += 1;
-                let rows = &in_flight.rows;
-                let dead_rows = rows.first().map_or(0, |(_, r)| *r);
+                let dead_rows = committed.rows.first().map_or(0, |(_, r)| *r);
                 self.metrics.dead_letters.inc_by(dead_rows);
                 self.summary.dead_letters += dead_rows;
-                for (table, n) in rows {
+                for (table, n) in &committed.rows {
                     self.metrics.rows.with_label_values(&[table]).inc_by(*n);
                     *self.summary.rows.entry(table.clone()).or_default() += n;
                 }
-                self.progress(rows, took, report.attempts);
+                self.progress(
+                    &committed.rows,
+                    committed.id,
+                    committed.took,
+                    committed.attempts,
+                );
                 Ok(false)
             }
-            Err(e) if e.kind() == ErrorKind::Fenced => {
-                // Fenced: its files were never committed, and what was read after it builds
-                // on positions that are not ours.
-                for (ident, delta) in &in_flight.deltas {
-                    let io = &self
-                        .tables
-                        .iter()
-                        .find(|t| &t.ident == ident)
-                        .expect("a table per delta")
-                        .io;
-                    for file in &delta.data_files {
-                        let _ = io.delete(file.file_path()).await;
-                    }
-                }
-                self.abort(&e.to_string()).await;
+            Settled::Fenced(why) => {
+                self.abort(&why).await;
                 self.recover().await?;
                 Ok(true)
             }
-            Err(e) => Err(e),
         }
     }
 
-    fn progress(&self, rows: &[(String, u64)], took: Duration, attempts: u32) {
+    fn progress(&self, rows: &[(String, u64)], checkpoint: u64, took: Duration, attempts: u32) {
         let written: Vec<String> = rows
             .iter()
             .filter(|(_, n)| *n > 0)
@@ -431,7 +455,7 @@ impl<S: Source, F: Format> Job<S, F> {
             .collect();
         tracing::info!(
             job = %self.config.name,
-            checkpoint = self.summary.checkpoints,
+            checkpoint,
             rows = ?written,
             millis = took.as_millis() as u64,
             attempts,

@@ -30,11 +30,10 @@ use floe_lake::commit::{RetryPolicy, commit_checkpoint};
 use floe_lake::marker::CommitMarker;
 use floe_lake::rest::{CatalogClient, LoadedTable};
 use floe_lake::snapshot::{Delta, current_manifests};
+use floe_lake::tables::{PartitionField, Wanted, conform, ensure_table};
 use floe_lake::writer::{DataWriter, WriterOptions};
 use floe_otlp::OtlpFormat;
 use floe_otlp::generate::Generator;
-use floe_runtime::job::PartitionField;
-use floe_runtime::tables::{Wanted, conform, ensure_table};
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::DataContentType;
 use parquet::arrow::ArrowWriter;
@@ -136,18 +135,14 @@ async fn main() {
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
 
     let spec = OtlpFormat::new(Default::default())
-        .tables()
+        .streams()
         .into_iter()
-        .find(|t| t.key == "spans")
+        .find(|t| t.name == "spans")
         .unwrap();
     let options = WriterOptions {
         zstd_level: 1,
-        bloom_filter_columns: spec
-            .bloom_filter_columns
-            .iter()
-            .map(|c| c.to_string())
-            .collect(),
-        plain_columns: spec.plain_columns.iter().map(|c| c.to_string()).collect(),
+        bloom_filter_columns: spec.bloom_filter_columns.clone(),
+        plain_columns: spec.plain_columns.clone(),
         file_prefix: "bench".into(),
         ..WriterOptions::default()
     };
@@ -157,11 +152,8 @@ async fn main() {
         "otel",
         &Wanted {
             name: "otel_spans",
-            schema: &spec.schema,
-            partition: &[PartitionField {
-                column: spec.time_column.to_string(),
-                transform: iceberg::spec::Transform::Day,
-            }],
+            schema: spec.schema.as_ref().unwrap(),
+            partition: &[PartitionField::day("ts")],
             properties: &options.to_table_properties(),
         },
     )

@@ -217,7 +217,7 @@ async fn main() {
     let props = props.build();
     let mut parquet_bytes = 0;
     let mut encode_time = Duration::ZERO;
-    let mut encode = |batches: Vec<(&'static str, arrow_array::RecordBatch)>| {
+    let mut encode = |batches: Vec<(usize, arrow_array::RecordBatch)>| {
         let began = Instant::now();
         for (_, batch) in batches {
             let mut out = Vec::new();

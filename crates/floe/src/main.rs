@@ -13,14 +13,14 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use floe_cdc::debezium::DebeziumSource;
+use floe_cdc::debezium::DebeziumFormat;
 use floe_cdc::postgres::{PostgresConfig, PostgresSource, SslMode};
 use floe_core::Format;
 use floe_kafka::{KafkaSettings, KafkaSource};
 use floe_lake::rest::{CatalogClient, CatalogSettings};
 use floe_otlp::{GeneratorSource, OtlpFormat, Signal};
 use floe_runtime::job::{KafkaFormat, SourceConfig};
-use floe_runtime::{ChangeJob, Job, JobConfig, JobMetrics, RunSummary};
+use floe_runtime::{Job, JobConfig, JobMetrics, RecordReader, RunSummary};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -79,7 +79,7 @@ fn otlp_format(config: Option<&JobConfig>) -> OtlpFormat {
 }
 
 fn load(path: &Path) -> Result<JobConfig, floe_config::ConfigErrors> {
-    JobConfig::load(path, &otlp_format(None).tables())
+    JobConfig::load(path, &otlp_format(None).streams())
 }
 
 /// Runs a validated job; returns what it did and, for an embedded catalog, its warehouse.
@@ -146,8 +146,9 @@ async fn run(config: JobConfig) -> anyhow::Result<RunSummary> {
         on_signal.cancel();
     });
     let format = otlp_format(Some(&config));
+    let bytes = Some(metrics.bytes.clone());
     let summary = match config.source.clone() {
-        SourceConfig::Kafka(k) if k.format == KafkaFormat::DebeziumJson => {
+        SourceConfig::Kafka(k) => {
             let kafka = KafkaSource::connect(&KafkaSettings {
                 brokers: k.brokers,
                 topics: k.topics,
@@ -155,39 +156,32 @@ async fn run(config: JobConfig) -> anyhow::Result<RunSummary> {
                 start: k.start,
                 properties: k.properties,
             })?;
-            let names = config
-                .tables
-                .iter()
-                .map(|t| (t.key.clone(), t.name.clone()))
-                .collect();
-            ChangeJob::open(config, client, DebeziumSource::new(kafka, names), metrics)
-                .await?
-                .run(shutdown)
-                .await?
-        }
-        SourceConfig::Kafka(k) => {
-            let source = KafkaSource::connect(&KafkaSettings {
-                brokers: k.brokers,
-                topics: k.topics,
-                group_id: k.group_id,
-                start: k.start,
-                properties: k.properties,
-            })?;
-            Job::open(config, client, source, format, metrics)
-                .await?
-                .run(shutdown)
-                .await?
+            if k.format == KafkaFormat::DebeziumJson {
+                let reader =
+                    RecordReader::new(kafka, DebeziumFormat::new(table_names(&config)), bytes);
+                Job::open(config, client, reader, metrics)
+                    .await?
+                    .run(shutdown)
+                    .await?
+            } else {
+                let reader = RecordReader::new(kafka, format, bytes);
+                Job::open(config, client, reader, metrics)
+                    .await?
+                    .run(shutdown)
+                    .await?
+            }
         }
         SourceConfig::Generator(g) => {
             let source = GeneratorSource::new(g.seed, g.requests_per_second, g.duration);
-            Job::open(config, client, source, format, metrics)
+            let reader = RecordReader::new(source, format, bytes);
+            Job::open(config, client, reader, metrics)
                 .await?
                 .run(shutdown)
                 .await?
         }
         SourceConfig::Postgres(p) => {
             let source = PostgresSource::connect(postgres_config(&config, p)?).await?;
-            ChangeJob::open(config, client, source, metrics)
+            Job::open(config, client, source, metrics)
                 .await?
                 .run(shutdown)
                 .await?
@@ -225,12 +219,16 @@ fn postgres_config(
         snapshot_parallelism: p.snapshot_parallelism,
         replica_identity_full: p.replica_identity_full,
         warn_retained_wal: p.warn_retained_wal,
-        table_names: job
-            .tables
-            .iter()
-            .map(|t| (t.key.clone(), t.name.clone()))
-            .collect(),
+        table_names: table_names(job),
     })
+}
+
+/// The Iceberg table names the job file gives change streams (`schema.table` → name).
+fn table_names(job: &JobConfig) -> HashMap<String, String> {
+    job.tables
+        .iter()
+        .filter_map(|t| Some((t.key.clone(), t.name.clone()?)))
+        .collect()
 }
 
 fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
@@ -286,7 +284,7 @@ async fn quickstart(dir: &Path, duration: &str) -> anyhow::Result<()> {
     let config = JobConfig::from_toml(
         Some(Path::new("jobs/quickstart.toml")),
         &text,
-        &otlp_format(None).tables(),
+        &otlp_format(None).streams(),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!(

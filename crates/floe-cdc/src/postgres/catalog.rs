@@ -8,7 +8,7 @@ use floe_core::SourceError;
 use iceberg::spec::{NestedField, Schema};
 
 use super::{PostgresConfig, err};
-use crate::changes::{Column, Layout};
+use crate::changelog::{Column, Layout};
 use crate::types::{self, PgType, TypeInfo};
 
 /// One followed table.
@@ -128,7 +128,7 @@ pub(super) async fn read_tables(
         .await
         .map_err(|e| err("reading the publication's tables", e))?;
     if rows.is_empty() {
-        return Err(SourceError(format!(
+        return Err(SourceError::user(format!(
             "postgres: publication {} has no tables",
             config.publication
         )));
@@ -146,7 +146,7 @@ pub(super) async fn read_tables(
         }
     }
     if !problems.is_empty() {
-        return Err(SourceError(problems.join("\n")));
+        return Err(SourceError::user(problems.join("\n")));
     }
     Ok(tables)
 }
@@ -347,7 +347,7 @@ pub(super) async fn type_of(
         array: row.get(0),
         modifier: row.get(3),
     })
-    .map_err(|e| SourceError(format!("postgres: a new column: {e}")))
+    .map_err(|e| SourceError::user(format!("postgres: a new column: {e}")))
 }
 
 /// Slot health, for metrics.

@@ -17,12 +17,19 @@
 //!   never goes back past what was acknowledged). A transaction's changes are skipped for a
 //!   table whose commit already holds it (its commit LSN is below the table's committed end
 //!   LSN), so a restart never applies a change twice.
+//! * **Changelog.** Each table is a changelog stream (`schema.table`): an insert is `+I`, an
+//!   update `+U` (one that changes the key `-D` + `+I`), a delete `-D` of the key; unchanged
+//!   TOASTed values come from the old row (replica identity full) or are left to the sink
+//!   ([`crate::changelog`]). `TRUNCATE` empties the stream. Rows are handed over at
+//!   transaction boundaries only, so a checkpoint never splits a transaction; the copy is
+//!   append rows of its own checkpoint.
 //! * **Acknowledgement.** The slot's flush position moves only in [`acknowledge`], called
 //!   after the Iceberg commit; when idle with nothing uncommitted, keepalive positions are
 //!   acknowledged so the slot does not hold WAL for unrelated traffic. A broken session is
-//!   reopened from the last acknowledged LSN, with backoff.
+//!   reopened, with backoff, after the last transaction handed over (what was read and not
+//!   handed over is read again).
 //!
-//! [`acknowledge`]: floe_core::ChangeSource::acknowledge
+//! [`acknowledge`]: floe_core::Reader::acknowledge
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,16 +37,19 @@ use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use bytes::Bytes;
-use floe_core::{ChangeSource, ChangeStart, ChangeTable, Positions, SourceError, TableChanges};
+use floe_core::{
+    Barrier, Committed, Op, Polled, Positions, ReadItem, ReadOut, Reader, SourceError, StreamBatch,
+    StreamSpec,
+};
 use pgwire_replication::{
     IdentifySystem, Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent, TlsConfig,
 };
 use tokio::sync::mpsc;
 use tokio_postgres::NoTls;
 
-use crate::changes::{Change, ChangeBuffer, Column, key_names};
+use crate::changelog::{ChangelogBuilder, Column, key_names, key_of};
 use crate::copy::CopyTable;
-use crate::pgoutput::{self, Message, OldTuple};
+use crate::pgoutput::{self, Message, OldTuple, Tuple, Value};
 use crate::types;
 use catalog::{PgTable, quote};
 
@@ -144,10 +154,28 @@ impl PostgresConfig {
 }
 
 fn err(context: &str, e: impl std::fmt::Display) -> SourceError {
-    SourceError(format!("postgres: {context}: {e}"))
+    SourceError::external(format!("postgres: {context}: {e}"))
 }
 
-/// The Postgres [`ChangeSource`].
+/// The source partition index of every row: one slot is one partition.
+const PARTITION: u32 = 0;
+
+/// Where the reader is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Not sought yet.
+    Idle,
+    /// Copying the tables; no barrier until the copy is complete.
+    Copying,
+    /// The copy is complete and must be committed on its own.
+    Copied,
+    /// The copy was handed over to its checkpoint; streaming starts once it is committed.
+    CopyTaken,
+    /// Following the slot.
+    Streaming,
+}
+
+/// The Postgres [`Reader`].
 pub struct PostgresSource {
     config: PostgresConfig,
     catalog: tokio_postgres::Client,
@@ -158,16 +186,31 @@ pub struct PostgresSource {
     streaming: bool,
     system_id: String,
     timeline: u32,
+    phase: Phase,
     snapshot: Option<mpsc::Receiver<Result<(usize, RecordBatch), SourceError>>>,
-    buffer: ChangeBuffer,
+    /// Changelog rows per table, not handed over yet.
+    changes: Vec<ChangelogBuilder>,
+    /// Tables truncated since the last take (their truncate goes before their rows).
+    truncated: Vec<bool>,
+    /// Copied rows not handed over yet.
+    copied: Vec<(usize, RecordBatch)>,
+    /// Bumps when a table's columns change.
+    version: u64,
     /// End LSN of the last transaction read whole.
     position: u64,
-    /// Changes taken but not yet acknowledged.
-    uncommitted: bool,
+    /// `position` at the last take: a broken session resumes there.
+    taken: u64,
     /// The LSN last acknowledged (committed in Iceberg), or the start position.
     acknowledged: u64,
     /// Current transaction's commit LSN, while inside one.
     in_transaction: Option<u64>,
+    /// WAL bytes read.
+    bytes: u64,
+    /// When the initial copy started.
+    copy_began: Option<Instant>,
+    /// No barrier before the stream reaches the job's committed position again: a checkpoint
+    /// must never record an older position than the one committed.
+    catch_up: u64,
 }
 
 impl std::fmt::Debug for PostgresSource {
@@ -195,7 +238,7 @@ async fn connect(config: &PostgresConfig) -> Result<tokio_postgres::Client, Sour
         )
     };
     let tls = crate::tls::connector(&config.ssl_mode, config.ssl_root_cert.as_deref())
-        .map_err(|e| SourceError(format!("postgres: TLS: {e}")))?;
+        .map_err(|e| SourceError::user(format!("postgres: TLS: {e}")))?;
     let mut settings = config.tokio_config();
     let client = match tls {
         None => {
@@ -234,16 +277,27 @@ impl PostgresSource {
             streaming: false,
             system_id: String::new(),
             timeline: 0,
+            phase: Phase::Idle,
             snapshot: None,
-            buffer: ChangeBuffer::default(),
+            changes: Vec::new(),
+            truncated: Vec::new(),
+            copied: Vec::new(),
+            version: 0,
             position: 0,
-            uncommitted: false,
+            taken: 0,
             acknowledged: 0,
             in_transaction: None,
+            bytes: 0,
+            copy_began: None,
+            catch_up: 0,
         };
         catalog::ensure_publication(&source.catalog, &source.config).await?;
         for (oid, table) in catalog::read_tables(&source.catalog, &source.config).await? {
             source.by_oid.insert(oid, source.tables.len());
+            source
+                .changes
+                .push(ChangelogBuilder::new(table.layout.clone()));
+            source.truncated.push(false);
             source.tables.push(table);
         }
         Ok(source)
@@ -291,13 +345,15 @@ impl PostgresSource {
             .await
             .map_err(|e| err("creating the replication slot", e))?;
         let row = rows.first().ok_or_else(|| {
-            SourceError("postgres: CREATE_REPLICATION_SLOT returned no row".into())
+            SourceError::external("postgres: CREATE_REPLICATION_SLOT returned no row")
         })?;
         let text = |i: usize| {
             row.get(i)
                 .and_then(|v| v.as_ref())
                 .map(|b| String::from_utf8_lossy(b).into_owned())
-                .ok_or_else(|| SourceError(format!("postgres: slot creation: no column {i}")))
+                .ok_or_else(|| {
+                    SourceError::external(format!("postgres: slot creation: no column {i}"))
+                })
         };
         let consistent = Lsn::parse(&text(1)?).map_err(|e| err("consistent point", e))?;
         let snapshot_name = text(2)?;
@@ -305,6 +361,7 @@ impl PostgresSource {
         self.system_id = system.system_id;
         self.timeline = system.timeline;
         self.position = consistent.as_u64();
+        self.taken = self.position;
 
         // Every copy session imports the snapshot before the first COPY starts.
         let parallelism = self
@@ -350,15 +407,23 @@ impl PostgresSource {
                 let _ = client.batch_execute("COMMIT").await;
             });
         }
+        // The copy replaces whatever an earlier, unfinished attempt left in the tables.
+        self.truncated.iter_mut().for_each(|t| *t = true);
         self.snapshot = Some(rx);
         self.replication = Some(replication);
+        self.phase = Phase::Copying;
+        self.copy_began = Some(Instant::now());
+        tracing::info!(
+            tables = self.tables.len(),
+            "copying the tables (initial snapshot)"
+        );
         Ok(())
     }
 
     async fn start_streaming(&mut self, committed_lsn: u64) -> Result<(), SourceError> {
         let state = catalog::slot_state(&self.catalog, &self.config.slot).await?;
         if state.is_none() {
-            return Err(SourceError(format!(
+            return Err(SourceError::user(format!(
                 "postgres: replication slot {} is gone, so changes after LSN {} are lost to \
                  this job; drop the job's tables (or its commits) to start over with a new \
                  snapshot",
@@ -368,7 +433,7 @@ impl PostgresSource {
         }
         let (replication, system) = self.open_replication(Lsn::from_u64(committed_lsn)).await?;
         if !self.system_id.is_empty() && self.system_id != system.system_id {
-            return Err(SourceError(format!(
+            return Err(SourceError::user(format!(
                 "postgres: the server is cluster {}, but the job's commits came from cluster \
                  {}; refusing to mix them",
                 system.system_id, self.system_id
@@ -378,13 +443,14 @@ impl PostgresSource {
         self.timeline = system.timeline;
         self.replication = Some(replication);
         self.position = committed_lsn;
-        self.acknowledged = committed_lsn;
+        self.taken = committed_lsn;
+        self.phase = Phase::Streaming;
         Ok(())
     }
 
     async fn ensure_started(&mut self) -> Result<(), SourceError> {
         if let Some(replication) = &mut self.replication
-            && self.snapshot.is_none()
+            && self.phase == Phase::Streaming
             && !self.streaming
         {
             replication
@@ -400,9 +466,18 @@ impl PostgresSource {
         Ok(())
     }
 
-    /// The replication session broke: everything after the last acknowledged LSN is read
-    /// again on a new session (the slot resends it), so the buffer starts over. Retried with
-    /// backoff; gives up after [`RECONNECT_ATTEMPTS`].
+    /// Forgets every change not handed over (and the transaction being read).
+    fn forget_unread(&mut self) {
+        for builder in &mut self.changes {
+            builder.clear();
+        }
+        self.truncated.iter_mut().for_each(|t| *t = false);
+        self.in_transaction = None;
+    }
+
+    /// The replication session broke: everything after the last transaction handed over is
+    /// read again on a new session. Retried with backoff; gives up after
+    /// [`RECONNECT_ATTEMPTS`].
     async fn reconnect(&mut self, why: String) -> Result<(), SourceError> {
         let mut pause = Duration::from_millis(500);
         for attempt in 1..=RECONNECT_ATTEMPTS {
@@ -411,14 +486,13 @@ impl PostgresSource {
                 error = %why,
                 attempt,
                 pause_ms = pause.as_millis() as u64,
-                "replication session lost; reconnecting from the last acknowledged LSN"
+                "replication session lost; reconnecting after the last transaction handed over"
             );
             if let Some(mut old) = self.replication.take() {
                 old.abort();
             }
             self.streaming = false;
-            self.buffer = ChangeBuffer::default();
-            self.in_transaction = None;
+            self.forget_unread();
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(30));
             // A restarted server closed the catalog session too.
@@ -432,7 +506,7 @@ impl PostgresSource {
                     }
                 }
             }
-            match self.start_streaming(self.acknowledged).await {
+            match self.start_streaming(self.taken).await {
                 Ok(()) => match self.ensure_started().await {
                     Ok(()) => return Ok(()),
                     Err(e) if attempt == RECONNECT_ATTEMPTS => return Err(e),
@@ -442,46 +516,36 @@ impl PostgresSource {
                 Err(e) => tracing::warn!(error = %e, "reconnecting failed"),
             }
         }
-        Err(SourceError(format!(
+        Err(SourceError::external(format!(
             "postgres: the replication session could not be restored: {why}"
         )))
     }
 
-    fn positions(&self) -> Positions {
-        Positions::from([
-            (LSN.to_string(), Lsn::from_u64(self.position).to_string()),
-            (SYSTEM.to_string(), self.system_id.clone()),
-            (TIMELINE.to_string(), self.timeline.to_string()),
-            (SLOT.to_string(), self.config.slot.clone()),
-        ])
-    }
-
     async fn on_message(&mut self, data: Bytes) -> Result<(), SourceError> {
         let commit_lsn = self.in_transaction.unwrap_or(0);
-        match pgoutput::decode(data).map_err(|e| err("decoding", e))? {
+        let message = pgoutput::decode(data)
+            .map_err(|e| SourceError::internal(format!("postgres: decoding pgoutput: {e}")))?;
+        match message {
             Message::Relation(relation) => self.on_relation(relation).await?,
             Message::Insert { relation, new } => {
-                self.apply(relation, commit_lsn, Change::Insert(new))?
+                self.change(relation, commit_lsn, Op::Insert, &new)?
             }
             Message::Update { relation, old, new } => {
-                let old_full = matches!(old, Some(OldTuple::Full(_)));
-                let old = old.map(|o| match o {
-                    OldTuple::Key(t) | OldTuple::Full(t) => t,
-                });
-                self.apply(relation, commit_lsn, Change::Update { old, old_full, new })?
+                self.on_update(relation, commit_lsn, old, new)?
             }
             Message::Delete { relation, old } => {
                 let old = match old {
                     OldTuple::Key(t) | OldTuple::Full(t) => t,
                 };
-                self.apply(relation, commit_lsn, Change::Delete(old))?
+                self.change(relation, commit_lsn, Op::Delete, &old)?
             }
             Message::Truncate { relations, .. } => {
                 for oid in relations {
                     if let Some(&index) = self.by_oid.get(&oid)
                         && commit_lsn >= self.tables[index].committed_end
                     {
-                        self.buffer.truncate(index);
+                        self.changes[index].clear();
+                        self.truncated[index] = true;
                     }
                 }
             }
@@ -493,7 +557,50 @@ impl PostgresSource {
         Ok(())
     }
 
-    fn apply(&mut self, oid: u32, commit_lsn: u64, change: Change) -> Result<(), SourceError> {
+    /// An update: `+U`, or `-D` of the old key and `+I` of the new one when the key changed;
+    /// unchanged TOASTed values are taken from a full old row.
+    fn on_update(
+        &mut self,
+        oid: u32,
+        commit_lsn: u64,
+        old: Option<OldTuple>,
+        mut new: Tuple,
+    ) -> Result<(), SourceError> {
+        let Some(&index) = self.by_oid.get(&oid) else {
+            return Ok(());
+        };
+        let layout = self.tables[index].layout.clone();
+        let (old, old_full) = match old {
+            Some(OldTuple::Full(t)) => (Some(t), true),
+            Some(OldTuple::Key(t)) => (Some(t), false),
+            None => (None, false),
+        };
+        if old_full && let Some(old) = &old {
+            for (value, before) in new.iter_mut().zip(old) {
+                if *value == Value::Unchanged && *before != Value::Unchanged {
+                    *value = before.clone();
+                }
+            }
+        }
+        let moved = old.as_ref().filter(|o| {
+            key_of(&layout, o).is_some() && key_of(&layout, o) != key_of(&layout, &new)
+        });
+        match moved {
+            Some(old) => {
+                self.change(oid, commit_lsn, Op::Delete, old)?;
+                self.change(oid, commit_lsn, Op::Insert, &new)
+            }
+            None => self.change(oid, commit_lsn, Op::UpdateAfter, &new),
+        }
+    }
+
+    fn change(
+        &mut self,
+        oid: u32,
+        commit_lsn: u64,
+        op: Op,
+        tuple: &Tuple,
+    ) -> Result<(), SourceError> {
         let Some(&index) = self.by_oid.get(&oid) else {
             return Ok(());
         };
@@ -501,9 +608,15 @@ impl PostgresSource {
         if commit_lsn < table.committed_end {
             return Ok(());
         }
-        let layout = table.layout.clone();
-        self.buffer.apply(index, &layout, change).map_err(|e| {
-            SourceError(format!(
+        if key_of(&table.layout, tuple).is_none() {
+            return Err(SourceError::internal(format!(
+                "postgres: table {}: a {} change carries no complete key",
+                table.qualified(),
+                op.symbol()
+            )));
+        }
+        self.changes[index].push(op, tuple).map_err(|e| {
+            SourceError::user(format!(
                 "postgres: table {} at LSN {}: {e}",
                 table.qualified(),
                 Lsn::from_u64(commit_lsn)
@@ -528,7 +641,7 @@ impl PostgresSource {
                         catalog::type_of(&self.catalog, column.type_oid, column.type_modifier)
                             .await?;
                     if now != c.ty {
-                        return Err(SourceError(format!(
+                        return Err(SourceError::user(format!(
                             "postgres: column {} of {qualified} changed type ({:?} → {:?}); \
                              Floe cannot follow that change without rewriting the table — \
                              nothing after it was committed",
@@ -548,7 +661,7 @@ impl PostgresSource {
             });
         }
         if key_names(&layout) != key_names(&current) {
-            return Err(SourceError(format!(
+            return Err(SourceError::user(format!(
                 "postgres: the key of {qualified} lost a column; Floe cannot follow that change"
             )));
         }
@@ -566,89 +679,42 @@ impl PostgresSource {
                     union.push(old.clone());
                 }
             }
+            let layout = Arc::new(layout);
+            self.changes[index]
+                .set_layout(layout.clone())
+                .map_err(|e| SourceError::internal(format!("postgres: {qualified}: {e}")))?;
             let table = &mut self.tables[index];
-            table.iceberg = iceberg_schema(&union).map_err(|e| err("schema", e))?;
-            table.layout = Arc::new(layout);
+            table.iceberg = iceberg_schema(&union)
+                .map_err(|e| SourceError::internal(format!("postgres: schema: {e}")))?;
+            table.layout = layout;
             table.layout_union = Some(Arc::new(union));
+            self.version += 1;
         }
         Ok(())
     }
-}
 
-impl ChangeSource for PostgresSource {
-    fn tables(&self) -> Vec<ChangeTable> {
-        self.tables
-            .iter()
-            .map(|t| ChangeTable {
-                source_name: t.qualified(),
-                name: t.iceberg_name.clone(),
-                schema: t.iceberg.clone(),
-                key: key_names(&t.layout),
-            })
-            .collect()
-    }
-
-    async fn begin(
-        &mut self,
-        _job: Option<&Positions>,
-        committed: &[Option<Positions>],
-    ) -> Result<ChangeStart, SourceError> {
-        let lsn_of = |p: &Positions| {
-            p.get(LSN)
-                .and_then(|l| Lsn::parse(l).ok())
-                .map(|l| l.as_u64())
-        };
-        let mut newest = None::<&Positions>;
-        for (table, positions) in self.tables.iter_mut().zip(committed) {
-            if let Some(p) = positions {
-                table.committed_end = lsn_of(p).unwrap_or(0);
-                if newest.is_none_or(|n| lsn_of(n) < lsn_of(p)) {
-                    newest = Some(p);
-                }
-            }
-        }
-        let Some(newest) = newest else {
-            self.start_snapshot().await?;
-            return Ok(ChangeStart::Snapshot);
-        };
-        if let Some(slot) = newest.get(SLOT)
-            && *slot != self.config.slot
-        {
-            return Err(SourceError(format!(
-                "postgres: the job's commits follow slot {slot}, but the job file names slot {}",
-                self.config.slot
-            )));
-        }
-        self.system_id = newest.get(SYSTEM).cloned().unwrap_or_default();
-        // Resume from the oldest table position: the slot itself never goes back past what
-        // was acknowledged, and per-table skipping drops what a table already holds.
-        let start = self
-            .tables
-            .iter()
-            .zip(committed)
-            .filter_map(|(t, p)| p.as_ref().map(|_| t.committed_end))
-            .min()
-            .unwrap_or(0);
-        self.start_streaming(start).await?;
-        Ok(ChangeStart::Stream)
-    }
-
-    async fn snapshot_batch(&mut self) -> Result<Option<(usize, RecordBatch)>, SourceError> {
+    /// Reads one copied batch (or notes that the copy is complete).
+    async fn read_copy(&mut self) -> Result<(), SourceError> {
         let Some(rx) = &mut self.snapshot else {
-            return Ok(None);
+            return Ok(());
         };
         match rx.recv().await {
-            Some(Ok(batch)) => Ok(Some(batch)),
-            Some(Err(e)) => Err(e),
+            Some(Ok((index, batch))) => {
+                self.bytes += batch.get_array_memory_size() as u64;
+                self.copied.push((index, batch));
+            }
+            Some(Err(e)) => return Err(e),
             None => {
                 self.snapshot = None;
-                self.uncommitted = true;
-                Ok(None)
+                self.phase = Phase::Copied;
+                tracing::info!(slot = %self.config.slot, "initial copy read; committing it");
             }
         }
+        Ok(())
     }
 
-    async fn poll(&mut self, timeout: Duration) -> Result<(), SourceError> {
+    /// Reads the slot until `timeout` passes outside a transaction.
+    async fn read_stream(&mut self, timeout: Duration) -> Result<(), SourceError> {
         self.ensure_started().await?;
         let deadline = Instant::now() + timeout;
         loop {
@@ -659,7 +725,7 @@ impl ChangeSource for PostgresSource {
             let replication = self
                 .replication
                 .as_mut()
-                .ok_or_else(|| SourceError("postgres: not started".into()))?;
+                .ok_or_else(|| SourceError::internal("postgres: not started"))?;
             // Inside a transaction, read on to its commit.
             let wait = if self.in_transaction.is_some() {
                 Duration::from_secs(3600)
@@ -683,49 +749,204 @@ impl ChangeSource for PostgresSource {
                 ReplicationEvent::Begin { final_lsn, .. } => {
                     self.in_transaction = Some(final_lsn.as_u64());
                 }
-                ReplicationEvent::XLogData { data, .. } => self.on_message(data).await?,
+                ReplicationEvent::XLogData { data, .. } => {
+                    self.bytes += data.len() as u64;
+                    self.on_message(data).await?
+                }
                 ReplicationEvent::Commit { end_lsn, .. } => {
                     self.in_transaction = None;
                     self.position = self.position.max(end_lsn.as_u64());
                 }
                 ReplicationEvent::KeepAlive { wal_end, .. } => {
-                    if self.in_transaction.is_none() && self.buffer.is_empty() && !self.uncommitted
+                    // Nothing read since the last commit, and nothing uncommitted: the slot
+                    // need not hold the WAL up to here.
+                    if self.in_transaction.is_none()
+                        && self.position <= self.acknowledged
+                        && self.changes.iter().all(|c| c.rows() == 0)
                     {
                         replication.update_applied_lsn(wal_end);
                     }
                 }
                 ReplicationEvent::Message { .. } => {}
                 ReplicationEvent::StoppedAt { .. } => {
-                    return Err(SourceError(
-                        "postgres: the replication stream stopped".into(),
+                    return Err(SourceError::external(
+                        "postgres: the replication stream stopped",
                     ));
                 }
             }
         }
     }
+}
 
-    fn buffered_bytes(&self) -> usize {
-        self.buffer.bytes()
+impl Reader for PostgresSource {
+    fn streams(&self) -> Vec<StreamSpec> {
+        self.tables
+            .iter()
+            .map(|t| StreamSpec {
+                name: t.qualified(),
+                table: t.iceberg_name.clone(),
+                schema: Some(t.iceberg.clone()),
+                changelog: true,
+                key: key_names(&t.layout),
+                time_column: None,
+                partition: Vec::new(),
+                bloom_filter_columns: Vec::new(),
+                plain_columns: Vec::new(),
+            })
+            .collect()
     }
 
-    fn take(&mut self) -> Result<(Vec<TableChanges>, Positions), SourceError> {
-        let tables = &self.tables;
-        let out = self
-            .buffer
-            .take_all(|t| {
-                let table = &tables[t];
-                table
-                    .layout_union
-                    .clone()
-                    .unwrap_or_else(|| table.layout.clone())
-            })
-            .map_err(|(t, e)| {
-                SourceError(format!("postgres: table {}: {e}", tables[t].qualified()))
-            })?;
-        if !out.is_empty() {
-            self.uncommitted = true;
+    fn streams_version(&self) -> u64 {
+        self.version
+    }
+
+    fn partition_name(&self, _partition: u32) -> String {
+        format!("postgres/{}", self.config.slot)
+    }
+
+    fn wants_table_positions(&self) -> bool {
+        true
+    }
+
+    async fn seek(&mut self, committed: &Committed) -> Result<(), SourceError> {
+        let lsn_of = |p: &Positions| {
+            p.get(LSN)
+                .and_then(|l| Lsn::parse(l).ok())
+                .map(|l| l.as_u64())
+        };
+        if let Some(mut old) = self.replication.take() {
+            // Sought again (a dropped checkpoint): start over from what is committed.
+            old.abort();
+            self.streaming = false;
+            self.snapshot = None;
+            self.copied.clear();
         }
-        Ok((out, self.positions()))
+        self.forget_unread();
+        // Every checkpoint commits its tables with the job's anchor, so the job's position
+        // holds for every table; a table's own position is older only when a catalog without
+        // multi-table commits left it behind (then its changes up to the job's are read
+        // again, and skipped for tables that have them).
+        let job_lsn = committed.job.as_ref().and_then(lsn_of);
+        for (index, table) in self.tables.iter_mut().enumerate() {
+            let own = committed
+                .tables
+                .get(index)
+                .and_then(|p| p.as_ref())
+                .and_then(lsn_of);
+            table.committed_end = own.or(job_lsn).unwrap_or(0);
+        }
+        let newest = committed.job.as_ref().or_else(|| {
+            committed
+                .tables
+                .iter()
+                .flatten()
+                .max_by_key(|p| lsn_of(p).unwrap_or(0))
+        });
+        let Some(newest) = newest else {
+            return self.start_snapshot().await;
+        };
+        if let Some(slot) = newest.get(SLOT)
+            && *slot != self.config.slot
+        {
+            return Err(SourceError::user(format!(
+                "postgres: the job's commits follow slot {slot}, but the job file names slot {}",
+                self.config.slot
+            )));
+        }
+        self.system_id = newest.get(SYSTEM).cloned().unwrap_or_default();
+        // Resume from the oldest table position: the slot itself never goes back past what
+        // was acknowledged, and per-table skipping drops what a table already holds.
+        let start = self
+            .tables
+            .iter()
+            .map(|t| t.committed_end)
+            .min()
+            .unwrap_or(0);
+        self.acknowledged = start;
+        self.catch_up = job_lsn.unwrap_or(0);
+        self.start_streaming(start).await
+    }
+
+    async fn read(&mut self, timeout: Duration) -> Result<Polled, SourceError> {
+        match self.phase {
+            Phase::Idle => Err(SourceError::internal("postgres: read before seek")),
+            Phase::Copying => {
+                tokio::select! {
+                    result = self.read_copy() => result?,
+                    () = tokio::time::sleep(timeout) => {}
+                }
+                Ok(Polled::Records)
+            }
+            // The copy waits for its checkpoint and its commit.
+            Phase::Copied | Phase::CopyTaken => {
+                tokio::time::sleep(timeout.min(Duration::from_millis(50))).await;
+                Ok(Polled::Records)
+            }
+            Phase::Streaming => {
+                self.read_stream(timeout).await?;
+                Ok(Polled::Records)
+            }
+        }
+    }
+
+    fn buffered_rows(&self) -> usize {
+        self.changes
+            .iter()
+            .map(ChangelogBuilder::rows)
+            .sum::<usize>()
+            + self.copied.iter().map(|(_, b)| b.num_rows()).sum::<usize>()
+    }
+
+    fn bytes_read(&self) -> u64 {
+        self.bytes
+    }
+
+    fn take(&mut self, out: &mut ReadOut) {
+        for (index, truncated) in self.truncated.iter_mut().enumerate() {
+            if std::mem::take(truncated) {
+                out.items.push(ReadItem::Truncate(index));
+            }
+        }
+        for (index, batch) in self.copied.drain(..) {
+            out.items
+                .push(ReadItem::Rows(StreamBatch::single(index, batch, PARTITION)));
+        }
+        for (index, builder) in self.changes.iter_mut().enumerate() {
+            match builder.take() {
+                Ok(batches) => out.items.extend(
+                    batches
+                        .into_iter()
+                        .map(|b| ReadItem::Rows(StreamBatch::single(index, b, PARTITION))),
+                ),
+                // Rows were checked as they were pushed; a batch that cannot be built is ours.
+                Err(e) => panic!("changelog rows of {}: {e}", self.tables[index].qualified()),
+            }
+        }
+        if self.phase == Phase::Copied {
+            self.phase = Phase::CopyTaken;
+        }
+        self.taken = self.position;
+    }
+
+    fn barrier(&self) -> Barrier {
+        match self.phase {
+            Phase::Copying | Phase::CopyTaken => Barrier::NotNow,
+            Phase::Copied => Barrier::Wanted,
+            _ if self.in_transaction.is_some() || self.position < self.catch_up => Barrier::NotNow,
+            _ => Barrier::Allowed,
+        }
+    }
+
+    fn positions(&self) -> Positions {
+        if self.phase == Phase::Idle {
+            return Positions::new();
+        }
+        Positions::from([
+            (LSN.to_string(), Lsn::from_u64(self.position).to_string()),
+            (SYSTEM.to_string(), self.system_id.clone()),
+            (TIMELINE.to_string(), self.timeline.to_string()),
+            (SLOT.to_string(), self.config.slot.clone()),
+        ])
     }
 
     async fn status(&mut self) -> Vec<(&'static str, i64)> {
@@ -760,10 +981,17 @@ impl ChangeSource for PostgresSource {
         for table in &mut self.tables {
             table.committed_end = table.committed_end.max(lsn.as_u64());
         }
-        if lsn.as_u64() >= self.position {
-            self.uncommitted = false;
-        }
         self.acknowledged = self.acknowledged.max(lsn.as_u64());
+        if self.phase == Phase::CopyTaken {
+            // The copy is committed: stream from its position.
+            tracing::info!(
+                slot = %self.config.slot,
+                tables = self.tables.len(),
+                seconds = self.copy_began.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+                "initial snapshot committed"
+            );
+            self.phase = Phase::Streaming;
+        }
         if let Some(replication) = &self.replication {
             replication.update_applied_lsn(lsn);
         }

@@ -103,7 +103,7 @@ pub(crate) async fn connect(catalog: &Catalog) -> floe_lake::rest::CatalogClient
 /// format's batches to `sink` every 64k rows and at the end.
 pub(crate) fn decode_traces(
     payloads: &[Vec<u8>],
-    mut sink: impl FnMut(Vec<(&'static str, arrow_array::RecordBatch)>),
+    mut sink: impl FnMut(Vec<(usize, arrow_array::RecordBatch)>),
 ) {
     let mut format = OtlpFormat::new(Default::default());
     let topic: Arc<str> = Arc::from("otlp_spans");

@@ -1,5 +1,5 @@
-//! The job's tables in the catalog: created on first run, evolved when the format gains
-//! columns, and the batches of the format conformed to each table's current schema.
+//! Tables a writer owns in the catalog: created on first use, evolved when the rows gain
+//! columns, and batches conformed to each table's current schema.
 //!
 //! A table's field ids are the catalog's (a REST catalog renumbers a new table's fields), so
 //! batches are matched to the table **by column name**: columns the table has and the format
@@ -9,40 +9,70 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::rest::{CatalogClient, LoadedTable, TableCommit};
+use crate::{ErrorKind, LakeError, LakeResult};
 use arrow_array::{ArrayRef, RecordBatch, new_null_array};
 use arrow_data::ArrayData;
 use arrow_schema::{DataType, SchemaRef};
-use floe_lake::rest::{CatalogClient, LoadedTable, TableCommit};
-use floe_lake::{ErrorKind, LakeError, LakeResult};
 use iceberg::spec::{
     ListType, MapType, NestedField, Schema, StructType, Type, UnboundPartitionSpec,
 };
 use iceberg::{NamespaceIdent, TableIdent, TableRequirement, TableUpdate};
 use iceberg_catalog_rest::CreateTableRequest;
 
-use crate::job::PartitionField;
+/// One partition field: `transform(column)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionField {
+    /// Source column.
+    pub column: String,
+    /// Iceberg transform.
+    pub transform: iceberg::spec::Transform,
+}
 
-/// The writer settings of a job's table: files named after the job, zstd level 1 (as small
-/// as level 3 on these tables, within 1%, at about 1.4× the speed; compaction may recompress
-/// harder). They are recorded in a new table's properties, so compaction writes alike.
-pub(crate) fn writer_options(
-    config: &crate::job::JobConfig,
-    target_file_size: u64,
-    bloom_filter_columns: &[&str],
-    plain_columns: &[&str],
-) -> floe_lake::writer::WriterOptions {
-    floe_lake::writer::WriterOptions {
-        target_file_size: target_file_size as usize,
-        bloom_filter_columns: bloom_filter_columns.iter().map(|c| c.to_string()).collect(),
-        plain_columns: plain_columns.iter().map(|c| c.to_string()).collect(),
-        file_prefix: config.name.clone(),
-        zstd_level: 1,
-        ..Default::default()
+impl PartitionField {
+    /// Parses `transform(column)` (transforms: identity, year, month, day, hour, `bucket[N]`,
+    /// `truncate[W]`; also written `bucket(N, column)`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        use iceberg::spec::Transform;
+        let bad = || {
+            format!(
+                "{text:?} is not a partition field like \"day(ts)\", \"bucket(16, service_name)\" or \"identity(region)\""
+            )
+        };
+        let (name, rest) = text.trim().split_once('(').ok_or_else(bad)?;
+        let inner = rest.strip_suffix(')').ok_or_else(bad)?;
+        let args: Vec<&str> = inner.split(',').map(str::trim).collect();
+        let number = |s: &str| s.parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(bad);
+        let (transform, column) = match (name.trim(), args.as_slice()) {
+            ("identity", [c]) => (Transform::Identity, *c),
+            ("year", [c]) => (Transform::Year, *c),
+            ("month", [c]) => (Transform::Month, *c),
+            ("day", [c]) => (Transform::Day, *c),
+            ("hour", [c]) => (Transform::Hour, *c),
+            ("bucket", [n, c]) => (Transform::Bucket(number(n)?), *c),
+            ("truncate", [w, c]) => (Transform::Truncate(number(w)?), *c),
+            _ => return Err(bad()),
+        };
+        if column.is_empty() {
+            return Err(bad());
+        }
+        Ok(Self {
+            column: column.to_string(),
+            transform,
+        })
+    }
+
+    /// `day(column)`: the default partitioning of time-ordered tables.
+    pub fn day(column: &str) -> Self {
+        Self {
+            column: column.to_string(),
+            transform: iceberg::spec::Transform::Day,
+        }
     }
 }
 
 /// The Arrow schema of an Iceberg schema (with field ids in the metadata).
-pub(crate) fn arrow_schema(schema: &Schema) -> LakeResult<SchemaRef> {
+pub fn arrow_schema(schema: &Schema) -> LakeResult<SchemaRef> {
     Ok(Arc::new(
         iceberg::arrow::schema_to_arrow_schema(schema)
             .map_err(|e| LakeError::new(ErrorKind::Invalid, "table schema").with_source(e))?,

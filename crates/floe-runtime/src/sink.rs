@@ -1,0 +1,396 @@
+//! The sinks: the tables a job lands its streams in, written on a task of their own.
+//!
+//! The job loop decodes (and runs operators) while this task encodes Parquet, so both cores
+//! work. The channel between them holds at most [`QUEUE`] commands, which bounds the memory
+//! in flight and makes a slow writer slow the reader down (backpressure).
+//!
+//! * An **append** sink streams rows into rolling data files as they come.
+//! * An **upsert** sink (a changelog stream's table, keyed) collapses rows per key in an
+//!   [`UpsertBuffer`] and writes equality deletes and the final rows at the barrier — on a task
+//!   spawned for it, so the next checkpoint's rows keep flowing meanwhile. Rows without an op
+//!   column (a database's initial copy) go straight to data files; a checkpoint never mixes
+//!   them with changelog rows.
+//!
+//! At a barrier the loop asks for every sink's output ([`Sinks::close`]); a dropped checkpoint
+//! deletes its files ([`Sinks::abort`]). A write error is kept and returned by the next close.
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use floe_lake::rest::LoadedTable;
+use floe_lake::tables::{arrow_schema, conform};
+use floe_lake::writer::{DataWriter, EqualityDeleteWriter, WriterOptions, equality_delete_input};
+use floe_lake::{ErrorKind, LakeError, LakeResult};
+use iceberg::spec::DataFile;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::upsert::{UpsertBuffer, is_changelog};
+
+/// Commands waiting for the writer task.
+const QUEUE: usize = 2;
+
+/// What a sink wrote in one checkpoint.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct SinkOutput {
+    pub(crate) data_files: Vec<DataFile>,
+    pub(crate) delete_files: Vec<DataFile>,
+    /// Everything older is removed.
+    pub(crate) truncate: bool,
+    /// Rows written.
+    pub(crate) rows: u64,
+}
+
+impl SinkOutput {
+    /// Whether this output changes the table.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.data_files.is_empty() && self.delete_files.is_empty() && !self.truncate
+    }
+
+    /// Every file written.
+    pub(crate) fn files(&self) -> impl Iterator<Item = &DataFile> {
+        self.data_files.iter().chain(&self.delete_files)
+    }
+}
+
+/// A sink's output at a barrier: ready, or being encoded.
+pub(crate) enum Closing {
+    Ready(SinkOutput),
+    Encoding(tokio::task::JoinHandle<LakeResult<SinkOutput>>),
+}
+
+impl Closing {
+    /// The output, once encoded.
+    pub(crate) async fn output(self) -> LakeResult<SinkOutput> {
+        match self {
+            Self::Ready(output) => Ok(output),
+            Self::Encoding(task) => task.await.map_err(|e| {
+                LakeError::new(ErrorKind::Invalid, format!("an encoding task failed: {e}"))
+            })?,
+        }
+    }
+}
+
+/// How a sink writes.
+#[derive(Debug, Clone)]
+pub(crate) enum SinkKind {
+    /// Every row is new.
+    Append,
+    /// Changelog rows, collapsed per key (the key columns).
+    Upsert(Vec<String>),
+}
+
+/// One table's writer state.
+pub(crate) struct Sink {
+    table: LoadedTable,
+    arrow: SchemaRef,
+    options: WriterOptions,
+    /// Rows going straight to data files (append sinks; an upsert sink's copied rows).
+    writer: Option<DataWriter>,
+    /// Files of writers closed before the barrier (a schema change rolls the writer).
+    written: Vec<DataFile>,
+    upsert: Option<UpsertBuffer>,
+    rows: u64,
+}
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sink")
+            .field("table", &self.table.ident)
+            .finish_non_exhaustive()
+    }
+}
+
+fn invalid(message: impl Into<String>) -> LakeError {
+    LakeError::new(ErrorKind::Invalid, message)
+}
+
+impl Sink {
+    pub(crate) fn new(
+        table: LoadedTable,
+        options: WriterOptions,
+        kind: SinkKind,
+    ) -> LakeResult<Self> {
+        let arrow = arrow_schema(table.metadata.current_schema())?;
+        Ok(Self {
+            table,
+            arrow,
+            options,
+            writer: None,
+            written: Vec::new(),
+            upsert: match kind {
+                SinkKind::Append => None,
+                SinkKind::Upsert(key) => Some(UpsertBuffer::new(key)),
+            },
+            rows: 0,
+        })
+    }
+
+    async fn write(&mut self, batch: &RecordBatch) -> LakeResult<()> {
+        if let Some(upsert) = &mut self.upsert
+            && is_changelog(batch)
+        {
+            if self.writer.is_some() {
+                return Err(invalid(format!(
+                    "{}: changelog rows in the checkpoint of an initial copy",
+                    self.table.ident
+                )));
+            }
+            return upsert.apply(batch);
+        }
+        if self.upsert.as_ref().is_some_and(UpsertBuffer::has_changes) {
+            return Err(invalid(format!(
+                "{}: copied rows in a checkpoint with changelog rows",
+                self.table.ident
+            )));
+        }
+        let batch = conform(batch, &self.arrow)?;
+        let writer = match &mut self.writer {
+            Some(w) => w,
+            None => self
+                .writer
+                .insert(DataWriter::data(&self.table, &self.options)?),
+        };
+        self.rows += batch.num_rows() as u64;
+        writer.write(&batch).await
+    }
+
+    fn truncate(&mut self) -> LakeResult<()> {
+        match &mut self.upsert {
+            Some(upsert) => {
+                upsert.truncate();
+                Ok(())
+            }
+            None => Err(invalid(format!(
+                "{}: a truncate on an append table",
+                self.table.ident
+            ))),
+        }
+    }
+
+    /// The table's schema changed: files written so far stay, new rows use the new schema.
+    async fn retable(&mut self, table: LoadedTable) -> LakeResult<()> {
+        if let Some(writer) = self.writer.take() {
+            self.written.extend(writer.close().await?);
+        }
+        self.arrow = arrow_schema(table.metadata.current_schema())?;
+        self.table = table;
+        Ok(())
+    }
+
+    async fn close(&mut self) -> LakeResult<Closing> {
+        let mut data_files = std::mem::take(&mut self.written);
+        if let Some(writer) = self.writer.take() {
+            data_files.extend(writer.close().await?);
+        }
+        let rows = std::mem::take(&mut self.rows);
+        let Some(upsert) = &mut self.upsert else {
+            return Ok(Closing::Ready(SinkOutput {
+                data_files,
+                rows,
+                ..Default::default()
+            }));
+        };
+        if upsert.is_empty() {
+            return Ok(Closing::Ready(SinkOutput {
+                data_files,
+                rows,
+                ..Default::default()
+            }));
+        }
+        // Collapse now (the buffer is needed empty for the next checkpoint), encode on a task.
+        let key: Vec<String> = upsert.key().to_vec();
+        let key_refs: Vec<&str> = key.iter().map(String::as_str).collect();
+        let (_, delete_input) = equality_delete_input(&self.table, &key_refs)?;
+        let delete_schema = arrow_schema(&delete_input)?;
+        let collapsed = upsert.finish(&self.arrow, &delete_schema)?;
+        let (table, options) = (self.table.clone(), self.options.clone());
+        Ok(Closing::Encoding(tokio::spawn(async move {
+            let mut output = SinkOutput {
+                data_files,
+                rows,
+                truncate: collapsed.truncate,
+                ..Default::default()
+            };
+            if let Some(deletes) = collapsed.deletes {
+                let key_refs: Vec<&str> = key.iter().map(String::as_str).collect();
+                let mut writer = EqualityDeleteWriter::equality(&table, &options, &key_refs)?;
+                writer.write(&deletes).await?;
+                output.delete_files = writer.close().await?;
+            }
+            if let Some(rows) = collapsed.rows {
+                output.rows += rows.num_rows() as u64;
+                let mut writer = DataWriter::data(&table, &options)?;
+                writer.write(&rows).await?;
+                output.data_files.extend(writer.close().await?);
+            }
+            Ok(output)
+        })))
+    }
+
+    async fn discard(&mut self) {
+        self.rows = 0;
+        if let Some(upsert) = &mut self.upsert {
+            upsert.clear();
+        }
+        let mut files = std::mem::take(&mut self.written);
+        if let Some(writer) = self.writer.take() {
+            match writer.close().await {
+                Ok(more) => files.extend(more),
+                Err(e) => tracing::warn!(error = %e, "could not close a dropped writer"),
+            }
+        }
+        for file in files {
+            let _ = self.table.io.delete(file.file_path()).await;
+        }
+    }
+}
+
+/// One input of a sink.
+#[derive(Debug)]
+pub(crate) enum SinkInput {
+    Rows(RecordBatch),
+    Truncate,
+}
+
+enum Command {
+    Add(Box<Sink>),
+    Retable(usize, Box<LoadedTable>),
+    Write(Vec<(usize, SinkInput)>),
+    Close(oneshot::Sender<LakeResult<Vec<Closing>>>),
+    Abort(oneshot::Sender<()>),
+}
+
+/// The handle of the writer task.
+#[derive(Debug)]
+pub(crate) struct Sinks {
+    commands: mpsc::Sender<Command>,
+    count: usize,
+}
+
+fn gone() -> LakeError {
+    invalid("the table writer task stopped")
+}
+
+impl Sinks {
+    /// Starts the task with no sinks.
+    pub(crate) fn start() -> Self {
+        let (commands, receiver) = mpsc::channel(QUEUE);
+        tokio::spawn(serve(receiver));
+        Self { commands, count: 0 }
+    }
+
+    /// Adds a sink; returns its index (its place in [`close`](Self::close)'s outputs).
+    pub(crate) async fn add(&mut self, sink: Sink) -> LakeResult<usize> {
+        self.commands
+            .send(Command::Add(Box::new(sink)))
+            .await
+            .map_err(|_| gone())?;
+        self.count += 1;
+        Ok(self.count - 1)
+    }
+
+    /// A sink's table gained columns.
+    pub(crate) async fn retable(&self, sink: usize, table: LoadedTable) -> LakeResult<()> {
+        self.commands
+            .send(Command::Retable(sink, Box::new(table)))
+            .await
+            .map_err(|_| gone())
+    }
+
+    /// Queues inputs (keyed by sink); waits while the queue is full.
+    pub(crate) async fn write(&self, inputs: Vec<(usize, SinkInput)>) -> LakeResult<()> {
+        if inputs.is_empty() {
+            return Ok(());
+        }
+        self.commands
+            .send(Command::Write(inputs))
+            .await
+            .map_err(|_| gone())
+    }
+
+    /// The barrier: every sink's output, in sink order.
+    pub(crate) async fn close(&self) -> LakeResult<Vec<Closing>> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Close(reply))
+            .await
+            .map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+
+    /// Drops everything written since the last barrier, deleting its files.
+    pub(crate) async fn abort(&self) {
+        let (reply, answer) = oneshot::channel();
+        if self.commands.send(Command::Abort(reply)).await.is_ok() {
+            let _ = answer.await;
+        }
+    }
+}
+
+async fn serve(mut commands: mpsc::Receiver<Command>) {
+    let mut sinks: Vec<Sink> = Vec::new();
+    let mut failed: Option<LakeError> = None;
+    while let Some(command) = commands.recv().await {
+        match command {
+            Command::Add(sink) => sinks.push(*sink),
+            Command::Retable(index, table) => {
+                if let Some(sink) = sinks.get_mut(index)
+                    && let Err(e) = sink.retable(*table).await
+                    && failed.is_none()
+                {
+                    failed = Some(e);
+                }
+            }
+            Command::Write(inputs) => {
+                if failed.is_some() {
+                    continue;
+                }
+                for (index, input) in inputs {
+                    let result = match (sinks.get_mut(index), input) {
+                        (Some(sink), SinkInput::Rows(batch)) => sink.write(&batch).await,
+                        (Some(sink), SinkInput::Truncate) => sink.truncate(),
+                        (None, _) => Err(invalid(format!("no sink {index}"))),
+                    };
+                    if let Err(e) = result {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            Command::Close(reply) => {
+                let result = match failed.take() {
+                    Some(e) => {
+                        for sink in &mut sinks {
+                            sink.discard().await;
+                        }
+                        Err(e)
+                    }
+                    None => {
+                        let mut out = Vec::with_capacity(sinks.len());
+                        let mut error = None;
+                        for sink in &mut sinks {
+                            match sink.close().await {
+                                Ok(closing) => out.push(closing),
+                                Err(e) => {
+                                    error = Some(e);
+                                    break;
+                                }
+                            }
+                        }
+                        match error {
+                            Some(e) => Err(e),
+                            None => Ok(out),
+                        }
+                    }
+                };
+                let _ = reply.send(result);
+            }
+            Command::Abort(reply) => {
+                failed = None;
+                for sink in &mut sinks {
+                    sink.discard().await;
+                }
+                let _ = reply.send(());
+            }
+        }
+    }
+}
