@@ -13,11 +13,13 @@
 //! the job is killed -9 at random instants: DuckDB then reads exactly the final image of every
 //! key. Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON`.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use floe_lake::marker::newest_marker;
 use iceberg::TableIdent;
+use rand::Rng;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -130,29 +132,31 @@ async fn create_topic(brokers: &str, topic: &str, partitions: i32) {
     }
 }
 
-/// A job file for `topics`; static group membership lets a restarted job take its
-/// partitions back at once instead of after the killed member's session timeout.
+/// A job file for `topics`, for replica `replica`; static group membership lets a restarted
+/// replica take its partitions back at once instead of after the killed member's session
+/// timeout.
 fn job_file(
     dir: &Path,
     brokers: &str,
     topics: &[&str],
     group: &str,
     catalog: &str,
+    replica: usize,
 ) -> std::path::PathBuf {
-    let job = dir.join("job.toml");
+    let job = dir.join(format!("job-{replica}.toml"));
     let topics: Vec<String> = topics.iter().map(|t| format!("\"{t}\"")).collect();
     std::fs::write(
         &job,
         format!(
             "version = 1\nname = \"dbz\"\n[source.kafka]\nbrokers = \"{brokers}\"\n\
              topics = [{}]\nformat = \"debezium-json\"\ngroup_id = \"{group}\"\n\
-             [source.kafka.properties]\n\"group.instance.id\" = \"floe-test\"\n\
+             [source.kafka.properties]\n\"group.instance.id\" = \"floe-test-{replica}\"\n\
              \"session.timeout.ms\" = \"6000\"\n\
              [catalog]\nuri = \"{catalog}\"\nnamespace = \"dbz\"\n\
              [checkpoint]\ninterval = \"1s\"\nstate_dir = \"{}\"\n\
              [tables.\"inventory.orders\"]\nname = \"orders\"\n",
             topics.join(", "),
-            dir.join("state").display()
+            dir.join(format!("state-{replica}")).display()
         ),
     )
     .unwrap();
@@ -240,12 +244,18 @@ impl Fixture {
 
     /// A job file reading `topics` (see [`job_file`]).
     fn job(&self, topics: &[&str]) -> std::path::PathBuf {
+        self.replica_job(topics, 0)
+    }
+
+    /// The job file of replica `replica` of the same job.
+    fn replica_job(&self, topics: &[&str], replica: usize) -> std::path::PathBuf {
         job_file(
             &self.dir,
             &self.brokers,
             topics,
             &self.prefix,
             &self.catalog.uri(),
+            replica,
         )
     }
 
@@ -544,6 +554,252 @@ async fn debezium_upserts_land_exactly_once_through_kill_9() {
         writers.len(),
         lsn - 1_000,
         got.len()
+    );
+    f.finish().await;
+}
+
+/// One Debezium event of the `kv` table: `c`/`u` with `(id, version)`, or `d`.
+fn kv_event(op: &str, id: i64, version: i64, lsn: u64) -> Value {
+    let source = json!({"connector": "postgresql", "schema": "public", "table": "kv",
+        "sequence": format!("[\"{}\",\"{lsn}\"]", lsn - 1), "lsn": lsn});
+    if op == "d" {
+        json!({"before": {"id": id}, "after": null, "op": "d", "source": source})
+    } else {
+        json!({"before": null, "after": {"id": id, "version": version}, "op": op, "source": source})
+    }
+}
+
+/// The regression test of issue 18: replicas of one Debezium job, killed -9 and restarted,
+/// with replicas joining and leaving mid-stream, never move a committed position back, and
+/// readers never see a key go back to an older image or come back after its delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_replicas_never_rewind_positions_or_rows() {
+    let Some(f) = Fixture::new("debezium-replicas").await else {
+        return;
+    };
+    let (client, producer) = (&f.client, &f.producer);
+    const PARTITIONS: i64 = 6;
+    let topic = format!("{}.public.kv", f.prefix);
+    create_topic(&f.brokers, &topic, PARTITIONS as i32).await;
+    let log = f.dir.join("floe.log");
+    let jobs: Vec<_> = (0..3).map(|r| f.replica_job(&[&topic], r)).collect();
+
+    // Keys are never reused: a key changed or deleted is gone for good, so a reader must
+    // never see it again, and every image of a key has a higher version than the last.
+    let mut live: BTreeMap<i64, i64> = BTreeMap::new();
+    let (mut next_id, mut lsn, mut events) = (0i64, 1_000u64, 0usize);
+    let mut ends = vec![0i64; PARTITIONS as usize];
+    let mut replicas: Vec<Option<std::process::Child>> = vec![
+        Some(spawn_floe(&jobs[0], &log)),
+        Some(spawn_floe(&jobs[1], &log)),
+        None,
+    ];
+    let kills_wanted = (support::kills() / 2).max(10);
+    let (mut kills, mut round, mut joins) = (0, 0, 0);
+    let mut rng = rand::rng();
+    while kills < kills_wanted {
+        round += 1;
+        for _ in 0..120 {
+            let pick = rng.random_range(0..100);
+            let existing = (!live.is_empty())
+                .then(|| *live.keys().nth(rng.random_range(0..live.len())).unwrap());
+            let emit = |op: &str, id: i64, version: i64| (op.to_string(), id, version);
+            let batch: Vec<(String, i64, i64)> = match (pick, existing) {
+                (0..30, _) | (_, None) => {
+                    next_id += 1;
+                    live.insert(next_id, 1);
+                    vec![emit("c", next_id, 1)]
+                }
+                (30..75, Some(id)) => {
+                    let v = live[&id] + 1;
+                    live.insert(id, v);
+                    vec![emit("u", id, v)]
+                }
+                (75..85, Some(id)) => {
+                    live.remove(&id);
+                    vec![emit("d", id, 0)]
+                }
+                (_, Some(id)) => {
+                    // A key change: the old key goes, a new one comes.
+                    live.remove(&id);
+                    next_id += 1;
+                    live.insert(next_id, 1);
+                    vec![emit("d", id, 0), emit("c", next_id, 1)]
+                }
+            };
+            for (op, id, version) in batch {
+                lsn += 1;
+                events += 1;
+                let partition = (id % PARTITIONS) as i32;
+                let key = json!({"id": id});
+                let offset = send_to(
+                    producer,
+                    &topic,
+                    partition,
+                    &key,
+                    Some(&kv_event(&op, id, version, lsn)),
+                )
+                .await;
+                let offset = if op == "d" {
+                    send_to(producer, &topic, partition, &key, None).await
+                } else {
+                    offset
+                };
+                ends[partition as usize] = offset + 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
+        // Kill one running replica -9, bring back the others; now and then a third joins the
+        // group and later leaves (forced rebalances).
+        let running: Vec<usize> = (0..2).filter(|r| replicas[*r].is_some()).collect();
+        if !running.is_empty() && rng.random_range(0..3) > 0 {
+            let r = running[rng.random_range(0..running.len())];
+            let mut child = replicas[r].take().unwrap();
+            child.kill().unwrap();
+            child.wait().unwrap();
+            kills += 1;
+        }
+        for r in 0..2 {
+            if replicas[r].is_none() && rng.random_range(0..2) == 0 {
+                replicas[r] = Some(spawn_floe(&jobs[r], &log));
+            }
+        }
+        match replicas[2].take() {
+            None if round % 4 == 1 => {
+                replicas[2] = Some(spawn_floe(&jobs[2], &log));
+                joins += 1;
+            }
+            Some(child) if round % 4 == 3 => terminate(child),
+            other => replicas[2] = other,
+        }
+    }
+    for r in 0..2 {
+        if replicas[r].is_none() {
+            replicas[r] = Some(spawn_floe(&jobs[r], &log));
+        }
+    }
+    // Every replica runs until the job's commits reach the end of every partition.
+    let anchor = TableIdent::from_strs(["dbz", "floe_dead_letters"]).unwrap();
+    let began = Instant::now();
+    loop {
+        let caught_up = match client.load_table(&anchor).await {
+            Ok(t) => newest_marker(&t.metadata, "dbz").is_some_and(|m| {
+                ends.iter().enumerate().all(|(p, end)| {
+                    floe_core::position_of(&m.marker.positions, &topic, p as i32) == Some(*end)
+                })
+            }),
+            Err(_) => false,
+        };
+        if caught_up {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(180),
+            "the replicas did not catch up: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for child in replicas.into_iter().flatten() {
+        terminate(child);
+    }
+
+    // 1. No commit moves a partition's position (or its sequence watermark) back.
+    let anchor = client.load_table(&anchor).await.unwrap();
+    let mut snapshots: Vec<_> = anchor.metadata.snapshots().collect();
+    snapshots.sort_by_key(|s| s.sequence_number());
+    let mut seen: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    let mut commits = 0;
+    for s in &snapshots {
+        let Some(marker) =
+            floe_lake::marker::CommitMarker::from_properties(&s.summary().additional_properties)
+        else {
+            continue;
+        };
+        commits += 1;
+        for (key, value) in &marker.positions {
+            let at = match value.split_once(',') {
+                Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
+                None => (value.parse().unwrap(), 0),
+            };
+            if let Some(before) = seen.insert(key.clone(), at) {
+                assert!(
+                    at >= before,
+                    "checkpoint {} of writer {:?} moved {key} back from {before:?} to {at:?}",
+                    marker.checkpoint_id,
+                    marker.writer
+                );
+            }
+        }
+    }
+
+    // 2. DuckDB reads every snapshot of the table: versions never decrease, a key that went
+    // never returns; 3. the last one is exactly the live keys.
+    let table = client
+        .load_table(&TableIdent::from_strs(["dbz", "kv"]).unwrap())
+        .await
+        .unwrap();
+    let location = table.metadata_location.clone().unwrap();
+    let out = python(&format!(
+        "import duckdb_offline, json\ncon = duckdb_offline.connect()\n\
+         m = json.load(open('{location}'.removeprefix('file://')))\n\
+         for s in sorted(m['snapshots'], key=lambda s: s['sequence-number']):\n\
+         \x20   sid = s['snapshot-id']\n\
+         \x20   rows = con.sql(f\"SELECT id, version FROM iceberg_scan('{location}', snapshot_from_id={{sid}}) ORDER BY id\").fetchall()\n\
+         \x20   print(sid, ' '.join(f'{{a}}:{{b}}' for a, b in rows))\n"
+    ));
+    let mut last: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut gone: std::collections::BTreeSet<i64> = Default::default();
+    let mut snapshots_read = 0;
+    for line in out.lines() {
+        snapshots_read += 1;
+        let mut parts = line.split(' ');
+        let sid = parts.next().unwrap();
+        let now: BTreeMap<i64, i64> = parts
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (a, b) = p.split_once(':').unwrap();
+                (a.parse().unwrap(), b.parse().unwrap())
+            })
+            .collect();
+        for (id, version) in &now {
+            assert!(
+                !gone.contains(id),
+                "snapshot {sid}: key {id} came back after it went"
+            );
+            if let Some(before) = last.get(id) {
+                assert!(
+                    version >= before,
+                    "snapshot {sid}: key {id} went back from version {before} to {version}"
+                );
+            }
+        }
+        gone.extend(last.keys().filter(|id| !now.contains_key(id)));
+        last = now;
+    }
+    assert_eq!(last.len(), live.len(), "one row per live key");
+    assert!(
+        last == live,
+        "the last snapshot is exactly the final image of every key"
+    );
+    let writers: std::collections::BTreeSet<String> = table
+        .metadata
+        .snapshots()
+        .filter_map(|s| {
+            floe_lake::marker::CommitMarker::from_properties(&s.summary().additional_properties)
+        })
+        .filter_map(|m| m.writer)
+        .collect();
+    assert!(
+        writers.len() >= 4,
+        "{} incarnations committed rows",
+        writers.len()
+    );
+    eprintln!(
+        "debezium replicas: {kills} kills, {joins} joins of a third replica, {events} events, \
+         {commits} commits, {} writers, {snapshots_read} snapshots read by DuckDB, {} live keys",
+        writers.len(),
+        live.len()
     );
     f.finish().await;
 }
