@@ -998,3 +998,62 @@ async fn tables_floe_cannot_follow_are_refused_by_name() {
     );
     f.finish().await;
 }
+
+/// A slot has one reader: a second replica of a running CDC job is refused with the reason,
+/// and the first goes on undisturbed (issue 18).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_replica_of_a_cdc_job_is_refused_while_the_first_streams() {
+    let Some(f) = Fixture::new("replica2").await else {
+        return;
+    };
+    let Fixture {
+        dir, client, db, ..
+    } = &f;
+    db.client
+        .batch_execute(
+            "CREATE TABLE scratch (k int PRIMARY KEY, v int);
+             INSERT INTO scratch SELECT g, g FROM generate_series(1, 100) g;",
+        )
+        .await
+        .unwrap();
+    let job = job_file(dir, db, &f.catalog.uri(), "");
+    let log = dir.join("floe.log");
+    let mut first = spawn_floe(&job, &log);
+    wait_caught_up(db, &mut first, &log).await;
+
+    let second_log = dir.join("second.log");
+    let mut second = spawn_floe(&job, &second_log);
+    let began = Instant::now();
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "the second replica was not refused: {}",
+            std::fs::read_to_string(&second_log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let refused = std::fs::read_to_string(&second_log).unwrap();
+    assert!(!status.success(), "the second replica must fail");
+    assert!(
+        refused.contains("is being read by another session")
+            && refused.contains("runs as one replica"),
+        "{refused}"
+    );
+
+    db.client
+        .batch_execute(
+            "UPDATE scratch SET v = v + 1 WHERE k <= 50; DELETE FROM scratch WHERE k > 90;
+             INSERT INTO scratch VALUES (1000, 1);",
+        )
+        .await
+        .unwrap();
+    wait_caught_up(db, &mut first, &log).await;
+    for (table, rows, missing, unexpected) in compare(db, client, dir, &["scratch"]).await {
+        assert_eq!((missing, unexpected), (0, 0), "{table}: {rows} rows");
+    }
+    terminate(first);
+    f.finish().await;
+}

@@ -453,14 +453,22 @@ impl PostgresSource {
             && self.phase == Phase::Streaming
             && !self.streaming
         {
-            replication
-                .start()
-                .await
-                .map_err(|e| err("START_REPLICATION", e))?;
-            replication
-                .wait_started()
-                .await
-                .map_err(|e| err("START_REPLICATION", e))?;
+            let slot = &self.config.slot;
+            let refused = |e: pgwire_replication::PgWireError| {
+                let message = e.to_string();
+                if message.contains("is active for PID") {
+                    // A slot has one reader: this is a second replica of the job.
+                    SourceError::user(format!(
+                        "postgres: replication slot {slot} is being read by another session \
+                         ({message}); a slot has one reader, so a Postgres CDC job runs as one \
+                         replica — stop the other one first"
+                    ))
+                } else {
+                    err("START_REPLICATION", message)
+                }
+            };
+            replication.start().await.map_err(refused)?;
+            replication.wait_started().await.map_err(refused)?;
             self.streaming = true;
         }
         Ok(())
