@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use floe_catalog::config::{CatalogConfig, Overrides};
-use tracing_subscriber::EnvFilter;
 
 /// An Iceberg REST catalog on SQLite or Postgres, with a local or S3 warehouse.
 #[derive(Debug, Parser)]
@@ -37,15 +36,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    if cli.log_json {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .json()
-            .init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
-    }
+    floe_process::init_logs(cli.log_json, "info");
     let overrides = Overrides {
         name: cli.name,
         listen: cli.listen,

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-use floe_config::{ConfigErrors, ConfigProblem, Source};
+use floe_config::{Checker, ConfigErrors, Source};
 use floe_lake::expire::ExpireSnapshots;
 use floe_lake::manifests::RewriteManifests;
 use floe_lake::orphans::RemoveOrphans;
@@ -242,74 +242,19 @@ pub fn glob_matches(pattern: &str, name: &str) -> bool {
     rest.is_empty()
 }
 
-struct Checker<'a> {
-    source: Source<'a>,
-    problems: Vec<ConfigProblem>,
-}
-
-impl Checker<'_> {
-    fn schedule(&mut self, value: &Spanned<String>) -> Option<cron::Schedule> {
-        match cron::Schedule::from_str(value.get_ref()) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                self.problems.push(self.source.problem(
-                    Some(value.span()),
-                    format!("schedule {:?} is not a cron expression (sec min hour day month weekday): {e}", value.get_ref()),
-                ));
-                None
-            }
-        }
-    }
-
-    /// A string value with `${VAR}` / `${VAR:-default}` replaced from the environment.
-    fn text(&mut self, value: &Spanned<String>) -> String {
-        match floe_config::interpolate(value.get_ref()) {
-            Ok(v) => v,
-            Err(e) => {
-                self.problems
-                    .push(self.source.problem(Some(value.span()), e));
-                value.get_ref().clone()
-            }
-        }
-    }
-
-    fn duration(
-        &mut self,
-        value: Option<&Spanned<String>>,
-        name: &str,
-        default: Duration,
-    ) -> Duration {
-        let Some(v) = value else {
-            return default;
-        };
-        match floe_config::parse_duration(v.get_ref()) {
-            Ok(d) if !d.is_zero() => d,
-            Ok(_) => {
-                self.problems.push(
-                    self.source
-                        .problem(Some(v.span()), format!("{name} must be positive")),
-                );
-                default
-            }
-            Err(e) => {
-                self.problems
-                    .push(self.source.problem(Some(v.span()), format!("{name}: {e}")));
-                default
-            }
-        }
-    }
-
-    fn positive(&mut self, value: Option<&Spanned<i64>>, name: &str, default: i64) -> u64 {
-        match value {
-            Some(v) if *v.get_ref() <= 0 => {
-                self.problems.push(
-                    self.source
-                        .problem(Some(v.span()), format!("{name} must be positive")),
-                );
-                default as u64
-            }
-            Some(v) => *v.get_ref() as u64,
-            None => default as u64,
+/// A cron schedule (with seconds: `sec min hour day month weekday`).
+fn schedule(c: &mut Checker<'_>, value: &Spanned<String>) -> Option<cron::Schedule> {
+    match cron::Schedule::from_str(value.get_ref()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            c.at(
+                value,
+                format!(
+                    "schedule {:?} is not a cron expression (sec min hour day month weekday): {e}",
+                    value.get_ref()
+                ),
+            );
+            None
         }
     }
 }
@@ -327,17 +272,14 @@ impl MaintenanceConfig {
     pub fn from_toml(file: Option<&Path>, text: &str) -> Result<Self, ConfigErrors> {
         let source = Source { file, text };
         let raw: RawFile = floe_config::parse(source)?;
-        let mut c = Checker {
-            source,
-            problems: Vec::new(),
-        };
-        floe_config::check_version(source, raw.version.as_ref(), &mut c.problems);
+        let mut c = Checker::new(source);
+        c.version(raw.version.as_ref());
         let uri = c.text(&raw.catalog.uri);
         if url::Url::parse(&uri).is_err() {
-            c.problems.push(source.problem(
-                Some(raw.catalog.uri.span()),
+            c.at(
+                &raw.catalog.uri,
                 format!("catalog uri {uri:?} is not a URL"),
-            ));
+            );
         }
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let catalog = CatalogSettings {
@@ -362,46 +304,38 @@ impl MaintenanceConfig {
             daemon.concurrency = c.positive(
                 d.concurrency.as_ref(),
                 "concurrency",
-                daemon.concurrency as i64,
+                daemon.concurrency as u64,
             ) as usize;
             daemon.metrics_listen = d.metrics_listen.as_ref().map(|v| c.text(v));
             if let Some(name) = &d.state_table {
                 match crate::state::table_ident(name.get_ref()) {
                     Some(ident) => daemon.state_table = ident,
-                    None => c.problems.push(source.problem(
-                        Some(name.span()),
+                    None => c.at(
+                        name,
                         format!(
                             "state_table {:?} must look like namespace.table",
                             name.get_ref()
                         ),
-                    )),
+                    ),
                 }
             }
-            daemon.lease_ttl = c.duration(d.lease_ttl.as_ref(), "lease_ttl", daemon.lease_ttl);
-            daemon.discover_every = c.duration(
-                d.discover_every.as_ref(),
-                "discover_every",
-                daemon.discover_every,
-            );
-            daemon.shutdown_grace = c.duration(
-                d.shutdown_grace.as_ref(),
-                "shutdown_grace",
-                daemon.shutdown_grace,
-            );
+            daemon.lease_ttl = c.duration(d.lease_ttl.as_ref(), daemon.lease_ttl);
+            daemon.discover_every = c.duration(d.discover_every.as_ref(), daemon.discover_every);
+            daemon.shutdown_grace = c.duration(d.shutdown_grace.as_ref(), daemon.shutdown_grace);
         }
         let mut policies = Vec::new();
         for p in &raw.policies {
             let tables = p.tables.get_ref().clone();
             if tables.is_empty() || !(tables.contains('.') || tables.contains('*')) {
-                c.problems.push(source.problem(
-                    Some(p.tables.span()),
+                c.at(
+                    &p.tables,
                     format!(
                         "tables {tables:?} must look like namespace.table (globs with * allowed)"
                     ),
-                ));
+                );
             }
             let compact = p.compact.as_ref().and_then(|r| {
-                let schedule = c.schedule(&r.schedule);
+                let schedule = schedule(&mut c, &r.schedule);
                 let task = CompactionSettings {
                     target_file_size: c.positive(
                         r.target_file_size_mb.as_ref(),
@@ -421,40 +355,33 @@ impl MaintenanceConfig {
                         16384,
                     ) * MIB,
                     sort_by: r.sort_by.clone(),
-                    sealed_after: match &r.sealed_after {
-                        Some(v) => c.duration(Some(v), "sealed_after", Duration::ZERO),
-                        None => Duration::ZERO,
-                    },
+                    sealed_after: c.duration(r.sealed_after.as_ref(), Duration::ZERO),
                 };
                 schedule.map(|schedule| Scheduled { schedule, task })
             });
             let expire = p.expire.as_ref().and_then(|r| {
-                let schedule = c.schedule(&r.schedule);
+                let schedule = schedule(&mut c, &r.schedule);
                 let default = ExpiryPolicy::default();
                 let task = ExpiryPolicy {
-                    older_than: c.duration(r.older_than.as_ref(), "older_than", default.older_than),
+                    older_than: c.duration(r.older_than.as_ref(), default.older_than),
                     retain_last: c.positive(
                         r.retain_last.as_ref(),
                         "retain_last",
-                        default.retain_last as i64,
+                        default.retain_last as u64,
                     ) as usize,
                 };
                 schedule.map(|schedule| Scheduled { schedule, task })
             });
             let orphans = p.orphans.as_ref().and_then(|r| {
-                let schedule = c.schedule(&r.schedule);
+                let schedule = schedule(&mut c, &r.schedule);
                 let task = RemoveOrphans {
-                    older_than: c.duration(
-                        r.min_age.as_ref(),
-                        "min_age",
-                        RemoveOrphans::default().older_than,
-                    ),
+                    older_than: c.duration(r.min_age.as_ref(), RemoveOrphans::default().older_than),
                     dry_run: false,
                 };
                 schedule.map(|schedule| Scheduled { schedule, task })
             });
             let manifests = p.manifests.as_ref().and_then(|r| {
-                let schedule = c.schedule(&r.schedule);
+                let schedule = schedule(&mut c, &r.schedule);
                 let task = RewriteManifests {
                     target_bytes: (c.positive(r.target_size_mb.as_ref(), "target_size_mb", 8) * MIB)
                         as i64,
@@ -471,10 +398,7 @@ impl MaintenanceConfig {
                 manifests,
             });
         }
-        if !c.problems.is_empty() {
-            return Err(ConfigErrors(c.problems));
-        }
-        Ok(Self {
+        c.finish(|| Self {
             catalog,
             daemon,
             policies,

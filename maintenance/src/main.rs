@@ -211,16 +211,7 @@ async fn main() -> ExitCode {
     } else {
         "info"
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if cli.log_json {
-        logs.json().init();
-    } else {
-        logs.init();
-    }
+    floe_process::init_logs(cli.log_json, default_level);
     let Some(path) = &cli.config else {
         eprintln!("floe-maintenance: --config FILE is required (see maintenance/maintenance.toml)");
         return ExitCode::from(2);

@@ -2,14 +2,18 @@
 //!
 //! A file is read into raw serde structs (which refuse unknown fields) with [`parse`]; a syntax
 //! or shape error comes back as one [`ConfigProblem`] at its `file:line:col`. Validation then
-//! collects **every** problem, placing each value by its `toml::Spanned` span with
-//! [`Source::place`], and only a file without problems becomes a typed config. The caller
-//! prints [`ConfigErrors`] (one problem per line) and exits with code 2.
+//! collects **every** problem with a [`Checker`], placing each value by its `toml::Spanned`
+//! span, and only a file without problems becomes a typed config. The caller prints
+//! [`ConfigErrors`] (one problem per line) and exits with code 2.
 
 use std::ops::Range;
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
+
+mod check;
+
+pub use check::{Checker, Text};
 
 /// One problem found in a configuration, with where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]

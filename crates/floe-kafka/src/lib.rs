@@ -11,6 +11,8 @@
 //!   record of the partition shows up at another offset (and that record is dropped);
 //! * every assignment change is reported as [`Polled::Rebalanced`], so the runtime drops its
 //!   uncommitted work and seeks again: records are never committed by two group members.
+//!
+//! Its job file section, `[source.kafka]`, is [`config::RawKafka`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +24,8 @@ use floe_core::{
 };
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, Statistics, TopicPartitionList};
+
+pub mod config;
 
 /// Settings of the Kafka source.
 #[derive(Debug, Clone)]

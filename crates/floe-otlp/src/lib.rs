@@ -5,10 +5,12 @@
 //!   that names why (the record then goes to the dead-letter table);
 //! * [`TableBuilders`] appends decoded requests as rows of the tables in [`schema`], each row
 //!   with its Kafka lineage, and hands out one `RecordBatch` per table;
-//! * [`generate`] produces realistic OTLP records for the quickstart, tests and benchmarks.
+//! * [`generate`] produces realistic OTLP records for the quickstart, tests and benchmarks;
+//! * [`config`] holds the job file parts it owns (`[source.generator]`, `signals`).
 //!
 //! The crate does no I/O.
 
+pub mod config;
 pub mod decode;
 pub mod format;
 pub mod generate;

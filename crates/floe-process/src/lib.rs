@@ -1,9 +1,27 @@
 //! What every Floe binary (`floe`, `floe-catalog`, `floe-maintenance`) does as a process:
-//! stop gracefully on SIGTERM or SIGINT, and serve its Prometheus registry at `/metrics`.
+//! log to stderr (structured, colour only on a terminal, or JSON lines), stop gracefully on
+//! SIGTERM or SIGINT, and serve its Prometheus registry at `/metrics`.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 
 use prometheus::{Encoder, Registry, TextEncoder};
+
+/// Starts logging to stderr: `RUST_LOG` filters (else `default_level`); JSON lines with
+/// `json`, else text with colours only when stderr is a terminal (a file or pipe gets no
+/// escape codes).
+pub fn init_logs(json: bool, default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        logs.json().init();
+    } else {
+        logs.with_ansi(std::io::stderr().is_terminal()).init();
+    }
+}
 
 /// Resolves on the first SIGTERM or SIGINT (Ctrl-C).
 pub async fn shutdown_signal() {

@@ -13,16 +13,15 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use floe_cdc::debezium::DebeziumFormat;
-use floe_cdc::postgres::{PostgresConfig, PostgresSource, SslMode};
-use floe_core::Format;
-use floe_kafka::{KafkaSettings, KafkaSource};
+use floe_cdc::postgres::PostgresSource;
+use floe_kafka::KafkaSource;
 use floe_lake::rest::{CatalogClient, CatalogSettings};
-use floe_otlp::{GeneratorSource, OtlpFormat, Signal};
-use floe_runtime::job::{KafkaFormat, SourceConfig};
+use floe_otlp::{GeneratorSource, OtlpFormat};
 use floe_runtime::{Job, JobConfig, JobMetrics, RecordReader, RunSummary};
+use source::{KafkaFormat, RawSource, SourceConfig};
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
+
+mod source;
 
 // Decoding allocates many small objects; mimalloc roughly doubles prost's decoding rate over
 // glibc's allocator (`cargo bench -p floe-otlp --bench decode`).
@@ -66,24 +65,12 @@ enum Command {
     },
 }
 
-fn otlp_format(config: Option<&JobConfig>) -> OtlpFormat {
-    let signals: HashMap<String, Signal> = match config.map(|c| &c.source) {
-        Some(SourceConfig::Kafka(k)) => k
-            .signals
-            .iter()
-            .filter_map(|(topic, s)| Signal::parse(s).map(|s| (topic.clone(), s)))
-            .collect(),
-        _ => HashMap::new(),
-    };
-    OtlpFormat::new(signals)
-}
-
-fn load(path: &Path) -> Result<JobConfig, floe_config::ConfigErrors> {
-    JobConfig::load(path, &otlp_format(None).streams())
+fn load(path: &Path) -> Result<(JobConfig, SourceConfig), floe_config::ConfigErrors> {
+    JobConfig::load::<RawSource>(path)
 }
 
 /// Runs a validated job; returns what it did and, for an embedded catalog, its warehouse.
-async fn run(config: JobConfig) -> anyhow::Result<RunSummary> {
+async fn run(config: JobConfig, source: SourceConfig) -> anyhow::Result<RunSummary> {
     std::fs::create_dir_all(&config.state_dir)
         .with_context(|| format!("cannot create {}", config.state_dir.display()))?;
     let embedded = match &config.catalog.embedded {
@@ -145,43 +132,39 @@ async fn run(config: JobConfig) -> anyhow::Result<RunSummary> {
         floe_process::shutdown_signal().await;
         on_signal.cancel();
     });
-    let format = otlp_format(Some(&config));
     let bytes = Some(metrics.bytes.clone());
-    let summary = match config.source.clone() {
-        SourceConfig::Kafka(k) => {
-            let kafka = KafkaSource::connect(&KafkaSettings {
-                brokers: k.brokers,
-                topics: k.topics,
-                group_id: k.group_id,
-                start: k.start,
-                properties: k.properties,
-            })?;
-            if k.format == KafkaFormat::DebeziumJson {
-                let reader =
-                    RecordReader::new(kafka, DebeziumFormat::new(table_names(&config)), bytes);
-                Job::open(config, client, reader, metrics)
-                    .await?
-                    .run(shutdown)
-                    .await?
-            } else {
-                let reader = RecordReader::new(kafka, format, bytes);
-                Job::open(config, client, reader, metrics)
-                    .await?
-                    .run(shutdown)
-                    .await?
+    let summary = match source {
+        SourceConfig::Kafka(settings, format) => {
+            let kafka = KafkaSource::connect(&settings)?;
+            match format {
+                KafkaFormat::DebeziumJson => {
+                    let reader = RecordReader::new(kafka, source::debezium(&config), bytes);
+                    Job::open(config, client, reader, metrics)
+                        .await?
+                        .run(shutdown)
+                        .await?
+                }
+                KafkaFormat::Otlp(signals) => {
+                    let reader = RecordReader::new(kafka, OtlpFormat::new(signals), bytes);
+                    Job::open(config, client, reader, metrics)
+                        .await?
+                        .run(shutdown)
+                        .await?
+                }
             }
         }
         SourceConfig::Generator(g) => {
-            let source = GeneratorSource::new(g.seed, g.requests_per_second, g.duration);
-            let reader = RecordReader::new(source, format, bytes);
+            let generator = GeneratorSource::new(g.seed, g.requests_per_second, g.duration);
+            let reader = RecordReader::new(generator, OtlpFormat::new(HashMap::new()), bytes);
             Job::open(config, client, reader, metrics)
                 .await?
                 .run(shutdown)
                 .await?
         }
-        SourceConfig::Postgres(p) => {
-            let source = PostgresSource::connect(postgres_config(&config, p)?).await?;
-            Job::open(config, client, source, metrics)
+        SourceConfig::Postgres(mut p) => {
+            p.table_names = source::table_names(&config);
+            let reader = PostgresSource::connect(p).await?;
+            Job::open(config, client, reader, metrics)
                 .await?
                 .run(shutdown)
                 .await?
@@ -191,44 +174,6 @@ async fn run(config: JobConfig) -> anyhow::Result<RunSummary> {
         running.stop().await?;
     }
     Ok(summary)
-}
-
-/// The source settings of a Postgres job, with the job's table names.
-fn postgres_config(
-    job: &JobConfig,
-    p: floe_runtime::job::PostgresSourceConfig,
-) -> anyhow::Result<PostgresConfig> {
-    let ssl_mode = match p.ssl_mode.as_str() {
-        "disable" => SslMode::Disable,
-        "require" => SslMode::Require,
-        "verify-ca" => SslMode::VerifyCa,
-        "verify-full" => SslMode::VerifyFull,
-        other => bail!("unknown ssl_mode {other}"),
-    };
-    Ok(PostgresConfig {
-        host: p.host,
-        port: p.port,
-        user: p.user,
-        password: p.password,
-        database: p.database,
-        ssl_mode,
-        ssl_root_cert: p.ssl_root_cert,
-        publication: p.publication,
-        slot: p.slot,
-        tables: p.tables,
-        snapshot_parallelism: p.snapshot_parallelism,
-        replica_identity_full: p.replica_identity_full,
-        warn_retained_wal: p.warn_retained_wal,
-        table_names: table_names(job),
-    })
-}
-
-/// The Iceberg table names the job file gives change streams (`schema.table` → name).
-fn table_names(job: &JobConfig) -> HashMap<String, String> {
-    job.tables
-        .iter()
-        .filter_map(|t| Some((t.key.clone(), t.name.clone()?)))
-        .collect()
 }
 
 fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
@@ -281,17 +226,14 @@ async fn quickstart(dir: &Path, duration: &str) -> anyhow::Result<()> {
             &dir.display().to_string(),
         )
         .replace("${FLOE_QUICKSTART_DURATION:-20s}", duration);
-    let config = JobConfig::from_toml(
-        Some(Path::new("jobs/quickstart.toml")),
-        &text,
-        &otlp_format(None).streams(),
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (config, source) =
+        JobConfig::from_toml::<RawSource>(Some(Path::new("jobs/quickstart.toml")), &text)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!(
         "floe quickstart: generating OpenTelemetry data for {duration} into {}/warehouse",
         dir.display()
     );
-    let summary = run(config).await?;
+    let summary = run(config, source).await?;
     let warehouse = absolute(&dir.join("warehouse"))?;
     println!(
         "\n{} checkpoints committed; rows: {}",
@@ -329,18 +271,7 @@ async fn quickstart(dir: &Path, duration: &str) -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    if cli.log_json {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .json()
-            .init();
-    } else {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .init();
-    }
+    floe_process::init_logs(cli.log_json, "info");
     let result = match cli.command {
         Command::Validate { files } => {
             let mut failed = false;
@@ -360,7 +291,7 @@ async fn main() -> ExitCode {
             };
         }
         Command::Run { job } => match load(&job) {
-            Ok(config) => run(config).await.map(|summary| {
+            Ok((config, source)) => run(config, source).await.map(|summary| {
                 tracing::info!(?summary, "job stopped");
             }),
             Err(errors) => {

@@ -54,9 +54,11 @@ use crate::types;
 use catalog::{PgTable, quote};
 
 mod catalog;
+mod config;
 
 pub use catalog::SlotState;
 pub(crate) use catalog::iceberg_schema;
+pub use config::{PostgresConfig, RawPostgres, SslMode};
 
 /// Reconnection attempts after the replication session breaks.
 const RECONNECT_ATTEMPTS: u32 = 8;
@@ -69,53 +71,6 @@ pub const SYSTEM: &str = "pg.system-id";
 pub const TIMELINE: &str = "pg.timeline";
 /// The slot.
 pub const SLOT: &str = "pg.slot";
-
-/// TLS to the server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SslMode {
-    /// Plain TCP.
-    Disable,
-    /// TLS without verifying the certificate.
-    Require,
-    /// TLS, the certificate verified against `root_cert` (or the system roots).
-    VerifyCa,
-    /// As `VerifyCa`, and the host name checked.
-    VerifyFull,
-}
-
-/// `[source.postgres]`.
-#[derive(Debug, Clone)]
-pub struct PostgresConfig {
-    /// Host name, or a Unix socket directory.
-    pub host: String,
-    /// Port.
-    pub port: u16,
-    /// User (needs the REPLICATION attribute).
-    pub user: String,
-    /// Password.
-    pub password: String,
-    /// Database.
-    pub database: String,
-    /// TLS.
-    pub ssl_mode: SslMode,
-    /// CA certificate file for `VerifyCa` / `VerifyFull`.
-    pub ssl_root_cert: Option<std::path::PathBuf>,
-    /// Publication (created if missing).
-    pub publication: String,
-    /// Replication slot (created if missing).
-    pub slot: String,
-    /// Tables (`schema.table`) of a publication to create; empty = all tables.
-    pub tables: Vec<String>,
-    /// Sessions copying tables in parallel during the initial snapshot.
-    pub snapshot_parallelism: usize,
-    /// Set `REPLICA IDENTITY FULL` on tables that need it instead of refusing them.
-    pub replica_identity_full: bool,
-    /// Warn when the slot retains more WAL than this (bytes).
-    pub warn_retained_wal: u64,
-    /// Iceberg table name of a source table (`schema.table` → name); default: the table name
-    /// (`schema_table` outside `public`).
-    pub table_names: HashMap<String, String>,
-}
 
 impl PostgresConfig {
     fn tokio_config(&self) -> tokio_postgres::Config {

@@ -263,14 +263,37 @@ pub async fn start_catalog(dir: &Path) -> (floe_catalog::RunningCatalog, Catalog
     (catalog, client)
 }
 
-/// A job file for the in-memory source (its `[source]` is not read: the test passes the
-/// reader) with `extra` appended.
+/// `[source.memory]`: the in-memory broker's section of a test job file (the test builds the
+/// reader itself).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySection {
+    memory: toml::Table,
+}
+
+impl floe_runtime::job::SourceSection for MemorySection {
+    type Config = ();
+
+    fn check(&self, _c: &mut floe_config::Checker<'_>, _job: &str) -> Option<()> {
+        let _ = &self.memory;
+        Some(())
+    }
+
+    fn streams(_config: &()) -> floe_runtime::job::Streams {
+        floe_runtime::job::Streams::Known(ValueFormat::default().streams())
+    }
+}
+
+/// A job file for the in-memory source with `extra` appended.
 pub fn job_config(name: &str, uri: &str, extra: &str) -> floe_runtime::JobConfig {
     let text = format!(
-        "version = 1\nname = \"{name}\"\n[source.generator]\n[catalog]\nuri = \"{uri}\"\nnamespace = \"t\"\n\
+        "version = 1\nname = \"{name}\"\n[source.memory]\n[catalog]\nuri = \"{uri}\"\nnamespace = \"t\"\n\
          [checkpoint]\ninterval = \"100ms\"\n{extra}"
     );
-    floe_runtime::JobConfig::from_toml(None, &text, &ValueFormat::default().streams()).unwrap()
+    match floe_runtime::JobConfig::from_toml::<MemorySection>(None, &text) {
+        Ok((config, ())) => config,
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// The live rows of a table (deletes applied), all columns.

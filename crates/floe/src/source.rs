@@ -1,0 +1,118 @@
+//! The sources `floe` knows: the `[source]` section of a job file, each kind checked by its
+//! adapter crate, and the reader each becomes.
+//!
+//! Adding a source is one kind here: its raw section (from its crate), the streams it is
+//! known to produce, and how its reader is built.
+
+use std::collections::HashMap;
+
+use floe_cdc::debezium::DebeziumFormat;
+use floe_cdc::postgres::{PostgresConfig, RawPostgres};
+use floe_config::{Checker, Text};
+use floe_core::Format;
+use floe_kafka::KafkaSettings;
+use floe_kafka::config::RawKafka;
+use floe_otlp::config::{GeneratorConfig, RawGenerator, check_signals};
+use floe_otlp::{OtlpFormat, Signal};
+use floe_runtime::job::{SourceSection, Streams};
+use serde::Deserialize;
+
+/// `[source]`: exactly one of its kinds.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSource {
+    /// Kafka topics (`floe_kafka::config`).
+    kafka: Option<RawKafka>,
+    /// A Postgres publication through logical replication (`floe_cdc::postgres`).
+    postgres: Option<RawPostgres>,
+    /// Generated OpenTelemetry data (`floe_otlp::config`).
+    generator: Option<RawGenerator>,
+}
+
+/// What Kafka records hold.
+#[derive(Debug, Clone)]
+pub(crate) enum KafkaFormat {
+    /// OpenTelemetry (protobuf or JSON), with topic → signal overrides.
+    Otlp(HashMap<String, Signal>),
+    /// Debezium change events (JSON).
+    DebeziumJson,
+}
+
+/// A checked source.
+#[derive(Debug, Clone)]
+pub(crate) enum SourceConfig {
+    /// Kafka topics in a format.
+    Kafka(KafkaSettings, KafkaFormat),
+    /// Postgres logical replication.
+    Postgres(PostgresConfig),
+    /// The built-in generator.
+    Generator(GeneratorConfig),
+}
+
+fn kafka_format(raw: &RawKafka, c: &mut Checker<'_>) -> KafkaFormat {
+    let debezium = c.choice(
+        raw.format.as_ref(),
+        "format",
+        &[("otlp", false), ("debezium-json", true)],
+        false,
+    );
+    if !debezium {
+        return KafkaFormat::Otlp(check_signals(&raw.signals, c));
+    }
+    if raw.topics.is_none() {
+        let at = raw.format.as_ref().map(Text::span);
+        c.problem(
+            at,
+            "format \"debezium-json\" needs `topics`: Debezium's per-table topics \
+             (<prefix>.<schema>.<table>)",
+        );
+    }
+    KafkaFormat::DebeziumJson
+}
+
+impl SourceSection for RawSource {
+    type Config = SourceConfig;
+
+    fn check(&self, c: &mut Checker<'_>, job: &str) -> Option<SourceConfig> {
+        match (&self.kafka, &self.postgres, &self.generator) {
+            (Some(k), None, None) => {
+                let format = kafka_format(k, c);
+                Some(SourceConfig::Kafka(k.check(c, job), format))
+            }
+            (None, Some(p), None) => Some(SourceConfig::Postgres(p.check(c, job))),
+            (None, None, Some(g)) => Some(SourceConfig::Generator(g.check(c))),
+            _ => {
+                c.problem(
+                    None,
+                    "give exactly one of [source.kafka], [source.postgres] and [source.generator]",
+                );
+                None
+            }
+        }
+    }
+
+    fn streams(config: &SourceConfig) -> Streams {
+        match config {
+            SourceConfig::Kafka(_, KafkaFormat::Otlp(signals)) => {
+                Streams::Known(OtlpFormat::new(signals.clone()).streams())
+            }
+            SourceConfig::Generator(_) => Streams::Known(OtlpFormat::new(HashMap::new()).streams()),
+            SourceConfig::Kafka(_, KafkaFormat::DebeziumJson) | SourceConfig::Postgres(_) => {
+                Streams::Tables
+            }
+        }
+    }
+}
+
+/// The Iceberg table names a job file gives change streams (`schema.table` → name).
+pub(crate) fn table_names(job: &floe_runtime::JobConfig) -> HashMap<String, String> {
+    job.tables
+        .iter()
+        .filter_map(|t| Some((t.key.clone(), t.name.clone()?)))
+        .collect()
+}
+
+/// Debezium's format for a job.
+pub(crate) fn debezium(job: &floe_runtime::JobConfig) -> DebeziumFormat {
+    DebeziumFormat::new(table_names(job))
+}
