@@ -42,6 +42,14 @@ impl<'a> Checker<'a> {
         self.problems.push(self.source.problem(span, message));
     }
 
+    /// A problem at a place found earlier ([`place`](Self::place)).
+    pub fn at_place(&mut self, place: &str, message: impl Into<String>) {
+        self.problems.push(ConfigProblem {
+            place: place.to_string(),
+            message: message.into(),
+        });
+    }
+
     /// A problem at a value.
     pub fn at<T>(&mut self, value: &Spanned<T>, message: impl Into<String>) {
         self.problem(Some(value.span()), message);

@@ -91,6 +91,10 @@ pub trait Reader: Send {
     /// e.g. `otlp_spans/3`).
     fn partition_name(&self, partition: u32) -> String;
 
+    /// The index of a partition named `name` (as [`partition_name`](Self::partition_name)
+    /// gives it), made up if the reader has not read it yet (state restored for it).
+    fn partition_index(&mut self, name: &str) -> Option<u32>;
+
     /// Whether [`Committed::tables`] should be filled in for [`seek`](Self::seek).
     fn wants_table_positions(&self) -> bool {
         false

@@ -237,6 +237,7 @@ async fn main() {
                 writer: None,
                 checkpoint_id: checkpoint,
                 positions: Default::default(),
+                operators: Default::default(),
             };
             let started = Instant::now();
             commit_checkpoint(

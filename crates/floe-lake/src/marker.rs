@@ -19,6 +19,9 @@ pub const POSITIONS: &str = "floe.positions";
 /// Summary key holding the writer (one process of the job) that committed, when the job runs
 /// as several replicas.
 pub const WRITER: &str = "floe.writer";
+/// Summary key holding the job's stateful operators and their state fingerprints, a JSON
+/// object (absent when the job has none).
+pub const OPERATORS: &str = "floe.operators";
 
 /// What a committed checkpoint records in each snapshot it produces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,8 +33,12 @@ pub struct CommitMarker {
     pub writer: Option<String>,
     /// The checkpoint, increasing per job (per writer when there is one).
     pub checkpoint_id: u64,
-    /// Source positions after this checkpoint, e.g. `"otlp_spans/0" -> "1234"`.
+    /// Source positions after this checkpoint, e.g. `"otlp_spans/0" -> "1234"` (and entries
+    /// of a partition such as its watermarks, `"otlp_spans/0#wm:rollup"`).
     pub positions: BTreeMap<String, String>,
+    /// The stateful operators whose state the job's state table holds as of this checkpoint:
+    /// id → fingerprint of what the state depends on.
+    pub operators: BTreeMap<String, String>,
 }
 
 /// A marker found in a table's history.
@@ -57,6 +64,12 @@ impl CommitMarker {
         if let Some(writer) = &self.writer {
             properties.insert(WRITER.to_string(), writer.clone());
         }
+        if !self.operators.is_empty() {
+            properties.insert(
+                OPERATORS.to_string(),
+                serde_json::to_string(&self.operators).unwrap_or_else(|_| "{}".into()),
+            );
+        }
         properties
     }
 
@@ -67,6 +80,10 @@ impl CommitMarker {
             writer: properties.get(WRITER).cloned(),
             checkpoint_id: properties.get(CHECKPOINT_ID)?.parse().ok()?,
             positions: serde_json::from_str(properties.get(POSITIONS)?).ok()?,
+            operators: match properties.get(OPERATORS) {
+                Some(text) => serde_json::from_str(text).ok()?,
+                None => BTreeMap::new(),
+            },
         })
     }
 }
@@ -112,6 +129,7 @@ mod tests {
             writer: Some("replica-1".into()),
             checkpoint_id: 42,
             positions: BTreeMap::from([("otlp_spans/0".into(), "100".into())]),
+            operators: BTreeMap::from([("rollup".into(), "window v1".into())]),
         };
         let mut props = marker.to_properties();
         assert_eq!(CommitMarker::from_properties(&props), Some(marker));

@@ -146,6 +146,7 @@ fn marker(checkpoint: u64) -> CommitMarker {
         writer: None,
         checkpoint_id: checkpoint,
         positions: [("src/0".to_string(), checkpoint.to_string())].into(),
+        operators: Default::default(),
     }
 }
 

@@ -30,6 +30,7 @@ async fn delete_conformance_scenario() {
             writer: None,
             checkpoint_id: checkpoint,
             positions: [("src/0".to_string(), (checkpoint * 10).to_string())].into(),
+            operators: Default::default(),
         };
 
         // s1: append 1..5

@@ -43,6 +43,12 @@ pub(crate) struct Checkpoint {
     pub(crate) current: Positions,
     /// When the barrier was taken.
     pub(crate) began: Instant,
+    /// The state epoch whose changes the checkpoint carries (stateful jobs).
+    pub(crate) epoch: Option<u64>,
+    /// The stateful operators and their fingerprints.
+    pub(crate) operators: std::collections::BTreeMap<String, String>,
+    /// Commit even without changes (the operators' fingerprints are new).
+    pub(crate) force: bool,
 }
 
 /// What settling a commit found.
@@ -72,6 +78,8 @@ pub(crate) struct Committed {
     pub(crate) commit_took: Duration,
     /// Attempts the commit took.
     pub(crate) attempts: u32,
+    /// The state epoch it committed.
+    pub(crate) epoch: Option<u64>,
 }
 
 type Outcome = (
@@ -84,6 +92,7 @@ struct InFlight {
     task: tokio::task::JoinHandle<Outcome>,
     positions: Positions,
     began: Instant,
+    epoch: Option<u64>,
 }
 
 /// Commits a job's checkpoints.
@@ -162,7 +171,7 @@ impl Committer {
             Closing::Ready(output) => !output.is_empty(),
             Closing::Encoding(_) => true,
         });
-        if !changes && checkpoint.current == checkpoint.start {
+        if !changes && checkpoint.current == checkpoint.start && !checkpoint.force {
             return false;
         }
         let id = self.next_checkpoint;
@@ -172,6 +181,7 @@ impl Committer {
             writer: Some(self.writer.clone()),
             checkpoint_id: id,
             positions: Positions::new(),
+            operators: checkpoint.operators,
         };
         let client = self.client.clone();
         let (start, current) = (checkpoint.start, checkpoint.current.clone());
@@ -224,6 +234,7 @@ impl Committer {
             task,
             positions: checkpoint.current,
             began: checkpoint.began,
+            epoch: checkpoint.epoch,
         });
         true
     }
@@ -247,6 +258,7 @@ impl Committer {
                 took: in_flight.began.elapsed(),
                 commit_took,
                 attempts: report.attempts,
+                epoch: in_flight.epoch,
             })),
             Err(e) => {
                 // Its files were never committed (a commit of unknown outcome is not an error

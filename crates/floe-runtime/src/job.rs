@@ -41,6 +41,7 @@ use std::time::Duration;
 use floe_config::{Checker, ConfigErrors, Source, Text};
 use floe_core::StreamSpec;
 pub use floe_lake::tables::PartitionField;
+use floe_ops::config::{Pipeline, RawOperator, RawStream, check_pipeline, resolve_time};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use toml::Spanned;
@@ -87,6 +88,25 @@ struct RawJob<S> {
     dead_letter: RawDeadLetter,
     #[serde(default)]
     metrics: RawMetrics,
+    /// Event-time settings per stream.
+    #[serde(default)]
+    streams: BTreeMap<Text, RawStream>,
+    /// The pipeline's operators.
+    #[serde(default)]
+    operators: Vec<Spanned<RawOperator>>,
+    #[serde(default)]
+    state: RawState,
+}
+
+/// `[state]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawState {
+    /// The Iceberg table of the operators' state (default `floe_state_{name}`).
+    table: Option<Text>,
+    /// Memory for the local RocksDB's caches and buffers (default `256MiB`); the state itself
+    /// may be larger (it spills to the state directory).
+    memory: Option<Text>,
 }
 
 /// `[catalog]`.
@@ -139,6 +159,8 @@ struct RawTable {
     partition: Option<Vec<Text>>,
     /// Roll data files past this size (default `128MiB`).
     target_file_size: Option<Text>,
+    /// Land the stream in a table (default true; false: the stream only feeds operators).
+    land: Option<bool>,
     /// Table properties of a new table.
     #[serde(default)]
     properties: BTreeMap<String, Text>,
@@ -199,6 +221,8 @@ pub struct TableConfig {
     pub target_file_size: u64,
     /// Table properties of a new table.
     pub properties: BTreeMap<String, String>,
+    /// Whether the stream lands in a table.
+    pub land: bool,
 }
 
 /// A validated job (its source apart: see [`JobConfig::from_toml`]).
@@ -220,9 +244,25 @@ pub struct JobConfig {
     pub dead_letter_table: String,
     /// Where `/metrics` listens (`None`: off).
     pub metrics_listen: Option<String>,
+    /// The operators and the streams' event time.
+    pub pipeline: Pipeline,
+    /// The state table (stateful pipelines).
+    pub state_table: String,
+    /// Memory for the local state store.
+    pub state_memory: u64,
 }
 
 impl JobConfig {
+    /// The settings of a stream's table, if the job file has a section for it.
+    pub fn table(&self, stream: &str) -> Option<&TableConfig> {
+        self.tables.iter().find(|t| t.key == stream)
+    }
+
+    /// Whether `stream` lands in a table.
+    pub fn lands(&self, stream: &str) -> bool {
+        self.table(stream).is_none_or(|t| t.land)
+    }
+
     /// Reads and validates a job file.
     pub fn load<S: SourceSection>(path: &Path) -> Result<(Self, S::Config), ConfigErrors> {
         let text = floe_config::read(path)?;
@@ -277,11 +317,26 @@ impl JobConfig {
             .opt(raw.checkpoint.state_dir.as_ref())
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(format!(".floe/{name}")));
+        let known = match &streams {
+            Some(Streams::Known(known)) => Some(known.as_slice()),
+            _ => None,
+        };
+        let mut pipeline = check_pipeline(&mut c, &raw.streams, &raw.operators, known);
+        check_operators(&mut c, &mut pipeline, known);
+        let derived: Vec<String> = pipeline
+            .operators
+            .iter()
+            .flat_map(|o| o.outputs.clone())
+            .collect();
         let tables = raw
             .tables
             .iter()
-            .map(|(key, t)| table(&mut c, key, t, streams.as_ref()))
+            .map(|(key, t)| table(&mut c, key, t, streams.as_ref(), &derived))
             .collect();
+        let state_table = c
+            .opt(raw.state.table.as_ref())
+            .unwrap_or_else(|| crate::state_table::default_name(&name));
+        let state_memory = c.bytes(raw.state.memory.as_ref(), 256 * 1024 * 1024);
         let dead_letter_table = c
             .opt(raw.dead_letter.table.as_ref())
             .unwrap_or_else(|| "floe_dead_letters".into());
@@ -297,6 +352,9 @@ impl JobConfig {
                     tables,
                     dead_letter_table,
                     metrics_listen,
+                    pipeline,
+                    state_table,
+                    state_memory,
                 },
                 job_source.expect("checked above"),
             )
@@ -341,9 +399,44 @@ fn catalog(c: &mut Checker<'_>, spanned: &Spanned<RawCatalog>) -> CatalogConfig 
     }
 }
 
-/// A `[tables.<stream>]` section, checked against the streams the source is known to have.
-fn table(c: &mut Checker<'_>, key: &Text, t: &RawTable, streams: Option<&Streams>) -> TableConfig {
+/// Fills in the windows' event time and builds every operator whose input's columns are known
+/// (a select's SQL, a window's columns), so that problems show at load time.
+fn check_operators(c: &mut Checker<'_>, pipeline: &mut Pipeline, known: Option<&[StreamSpec]>) {
+    for (place, id) in resolve_time(pipeline, known.unwrap_or_default()) {
+        c.at_place(
+            &place,
+            format!(
+                "window {id} has no time column: its input stream has none; set `time_column` \
+                 (or [streams.<input>] time_column)"
+            ),
+        );
+    }
+    let Some(known) = known else {
+        return;
+    };
+    let mut specs: Vec<StreamSpec> = known.to_vec();
+    for op in &pipeline.operators {
+        let Some(input) = specs.iter().find(|s| s.name == op.input).cloned() else {
+            continue;
+        };
+        match op.build(&input) {
+            Ok(built) => specs.extend(built.outputs().iter().cloned()),
+            Err(e) => c.at_place(&op.place, format!("operator {}: {e}", op.id)),
+        }
+    }
+}
+
+/// A `[tables.<stream>]` section, checked against the streams the source is known to have and
+/// those operators produce.
+fn table(
+    c: &mut Checker<'_>,
+    key: &Text,
+    t: &RawTable,
+    streams: Option<&Streams>,
+    derived: &[String],
+) -> TableConfig {
     let spec = match streams {
+        _ if derived.contains(key.get_ref()) => None,
         Some(Streams::Known(known)) => {
             let spec = known.iter().find(|s| &s.name == key.get_ref());
             if spec.is_none() {
@@ -400,5 +493,6 @@ fn table(c: &mut Checker<'_>, key: &Text, t: &RawTable, streams: Option<&Streams
             .iter()
             .map(|(k, v)| (k.clone(), c.text(v)))
             .collect(),
+        land: t.land.unwrap_or(true),
     }
 }

@@ -9,12 +9,14 @@ pub mod deadletter;
 pub mod job;
 mod landing;
 pub mod metrics;
+mod pipeline;
 pub mod record;
 pub mod run;
 mod sink;
+mod state_table;
 mod upsert;
 
 pub use job::JobConfig;
 pub use metrics::JobMetrics;
 pub use record::RecordReader;
-pub use run::{Job, RunSummary};
+pub use run::{Job, RunOptions, RunSummary};

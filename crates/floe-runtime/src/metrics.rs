@@ -30,6 +30,24 @@ pub struct JobMetrics {
     pub lag: IntGaugeVec,
     /// The source's own gauges (a change source's replication slot), by name.
     pub source_status: IntGaugeVec,
+    /// Event time behind the wall clock per operator and partition (ms).
+    pub watermark_lag: IntGaugeVec,
+    /// Windows (and sessions) open per operator.
+    pub open_windows: IntGaugeVec,
+    /// Rows later than their window's lateness per operator (since the start).
+    pub late_rows: IntGaugeVec,
+    /// Timers waiting per operator.
+    pub timers: IntGaugeVec,
+    /// Keys in the local state store (RocksDB's estimate).
+    pub state_keys: IntGauge,
+    /// Bytes of the local state store (RocksDB's estimate).
+    pub state_bytes: IntGauge,
+    /// Bytes of keys and values the last checkpoint wrote to the state table.
+    pub state_checkpoint_bytes: IntGauge,
+    /// Keys the last checkpoint wrote to the state table.
+    pub state_checkpoint_keys: IntGauge,
+    /// Seconds to restore the owned partitions' state.
+    pub state_restore_seconds: Histogram,
 }
 
 impl Default for JobMetrics {
@@ -100,6 +118,63 @@ impl JobMetrics {
                 &["measure"],
             )
             .expect("valid metric"),
+            watermark_lag: IntGaugeVec::new(
+                Opts::new(
+                    "floe_watermark_lag_milliseconds",
+                    "Wall clock minus the watermark, per operator and source partition",
+                ),
+                &["operator", "partition"],
+            )
+            .expect("valid metric"),
+            open_windows: IntGaugeVec::new(
+                Opts::new(
+                    "floe_open_windows",
+                    "Windows and sessions open, per operator",
+                ),
+                &["operator"],
+            )
+            .expect("valid metric"),
+            late_rows: IntGaugeVec::new(
+                Opts::new(
+                    "floe_late_rows",
+                    "Rows later than their window's allowed lateness since the start, per operator",
+                ),
+                &["operator"],
+            )
+            .expect("valid metric"),
+            timers: IntGaugeVec::new(
+                Opts::new(
+                    "floe_timers_pending",
+                    "Timers waiting to fire, per operator",
+                ),
+                &["operator"],
+            )
+            .expect("valid metric"),
+            state_keys: IntGauge::new(
+                "floe_state_keys",
+                "Keys in the local state store (estimate)",
+            )
+            .expect("valid metric"),
+            state_bytes: IntGauge::new(
+                "floe_state_bytes",
+                "Bytes of the local state store (estimate)",
+            )
+            .expect("valid metric"),
+            state_checkpoint_bytes: IntGauge::new(
+                "floe_state_checkpoint_bytes",
+                "Bytes of keys and values the last checkpoint wrote to the state table",
+            )
+            .expect("valid metric"),
+            state_checkpoint_keys: IntGauge::new(
+                "floe_state_checkpoint_keys",
+                "Keys the last checkpoint wrote to the state table",
+            )
+            .expect("valid metric"),
+            state_restore_seconds: Histogram::with_opts(HistogramOpts::new(
+                "floe_state_restore_seconds",
+                "Restoring the owned partitions' state from the state table",
+            ))
+            .expect("valid metric"),
             registry,
         };
         for c in [
@@ -113,6 +188,15 @@ impl JobMetrics {
             Box::new(m.last_commit.clone()),
             Box::new(m.lag.clone()),
             Box::new(m.source_status.clone()),
+            Box::new(m.watermark_lag.clone()),
+            Box::new(m.open_windows.clone()),
+            Box::new(m.late_rows.clone()),
+            Box::new(m.timers.clone()),
+            Box::new(m.state_keys.clone()),
+            Box::new(m.state_bytes.clone()),
+            Box::new(m.state_checkpoint_bytes.clone()),
+            Box::new(m.state_checkpoint_keys.clone()),
+            Box::new(m.state_restore_seconds.clone()),
         ] {
             m.registry.register(c).expect("unique metric names");
         }

@@ -116,33 +116,24 @@ impl<S: Source, F: Format> RecordReader<S, F> {
         }
     }
 
-    /// Takes the format's rows with their runs into `items`.
+    /// Takes the format's rows with their runs into `items` (a stream's rows may come as
+    /// several batches, in row order: each takes its share of the runs).
     fn take_rows(&mut self, items: &mut Vec<ReadItem>) {
         for (stream, batch) in self.format.take() {
-            let mut runs = std::mem::take(&mut self.runs[stream]);
-            let total: usize = runs.iter().map(|r| r.rows).sum();
-            if total != batch.num_rows() {
-                // A format whose row counts disagree with its batches: keep the rows, credit
-                // them to the last partition seen.
-                tracing::error!(
-                    stream,
-                    counted = total,
-                    rows = batch.num_rows(),
-                    "row runs do not cover the batch"
-                );
-                runs = vec![PartitionRun {
-                    partition: runs.last().map_or(0, |r| r.partition),
-                    rows: batch.num_rows(),
-                }];
-            }
+            let runs = take_runs(&mut self.runs[stream], batch.num_rows());
             items.push(ReadItem::Rows(StreamBatch {
                 stream,
                 batch,
                 runs,
             }));
         }
+        for (stream, left) in self.runs.iter_mut().enumerate() {
+            if !left.is_empty() {
+                tracing::error!(stream, "the format counted rows it did not hand over");
+                left.clear();
+            }
+        }
         self.counted.iter_mut().for_each(|c| *c = 0);
-        self.runs.iter_mut().for_each(Vec::clear);
     }
 
     fn decode(&mut self, record: &SourceRecord, ingested_at: i64) -> Result<(), SourceError> {
@@ -186,6 +177,36 @@ impl<S: Source, F: Format> RecordReader<S, F> {
     }
 }
 
+/// The first `rows` rows of `runs` (splitting a run if needed); they leave `runs`.
+fn take_runs(runs: &mut Vec<PartitionRun>, mut rows: usize) -> Vec<PartitionRun> {
+    let mut taken = Vec::new();
+    let mut used = 0;
+    for run in runs.iter_mut() {
+        if rows == 0 {
+            break;
+        }
+        let n = run.rows.min(rows);
+        taken.push(PartitionRun {
+            partition: run.partition,
+            rows: n,
+        });
+        run.rows -= n;
+        rows -= n;
+        if run.rows == 0 {
+            used += 1;
+        }
+    }
+    runs.drain(..used);
+    if rows > 0 {
+        // A format whose counts disagree with its batches: keep the rows, credit them to
+        // the last partition seen.
+        tracing::error!(rows, "row runs do not cover the batch");
+        let partition = taken.last().map_or(0, |r| r.partition);
+        extend_runs(&mut taken, partition, rows);
+    }
+    taken
+}
+
 impl<S: Source, F: Format> Reader for RecordReader<S, F> {
     fn streams(&self) -> Vec<StreamSpec> {
         self.format.streams()
@@ -202,15 +223,22 @@ impl<S: Source, F: Format> Reader for RecordReader<S, F> {
             .unwrap_or_default()
     }
 
+    fn partition_index(&mut self, name: &str) -> Option<u32> {
+        let (topic, partition) = name.rsplit_once('/')?;
+        let partition: i32 = partition.parse().ok()?;
+        Some(self.partition(&Arc::from(topic), partition))
+    }
+
     async fn seek(&mut self, committed: &Committed) -> Result<(), SourceError> {
         self.reset();
         let positions = committed.job.clone().unwrap_or_default();
         self.source.seek(&positions)?;
         self.format.seek(&positions);
         let owned = self.source.assignment();
+        // Offsets only: the format keeps its own entries (and reports them in `positions`).
         self.current = positions
             .into_iter()
-            .filter(|(k, _)| owned.iter().any(|o| o == partition_of_entry(k)))
+            .filter(|(k, _)| !k.contains('#') && owned.iter().any(|o| o == k))
             .collect();
         Ok(())
     }
@@ -267,11 +295,13 @@ impl<S: Source, F: Format> Reader for RecordReader<S, F> {
         out.dead_letters.append(&mut self.dead_letters);
     }
 
+    /// The offsets of the partitions held (sought, or read since) and the format's entries
+    /// of those partitions — never the source's assignment of the moment, which a rebalance
+    /// the loop has not heard of yet may have changed.
     fn positions(&self) -> Positions {
         let mut positions = self.current.clone();
-        let owned = self.source.assignment();
         for (key, value) in self.format.positions() {
-            if owned.iter().any(|o| o == partition_of_entry(&key)) {
+            if self.current.contains_key(partition_of_entry(&key)) {
                 positions.insert(key, value);
             }
         }
@@ -284,5 +314,23 @@ impl<S: Source, F: Format> Reader for RecordReader<S, F> {
 
     fn lag(&self) -> Vec<(String, i64)> {
         self.source.lag()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(partition: u32, rows: usize) -> PartitionRun {
+        PartitionRun { partition, rows }
+    }
+
+    #[test]
+    fn batches_of_one_stream_share_its_runs_in_row_order() {
+        // A stream handed over as two batches (its columns changed in between): 4 + 6 rows.
+        let mut runs = vec![run(0, 3), run(1, 5), run(0, 2)];
+        assert_eq!(take_runs(&mut runs, 4), vec![run(0, 3), run(1, 1)]);
+        assert_eq!(take_runs(&mut runs, 6), vec![run(1, 4), run(0, 2)]);
+        assert!(runs.is_empty());
     }
 }

@@ -24,11 +24,15 @@
 //!   whose schema gains columns gets them added before rows carrying them are written.
 //! * **Bad data** goes to the dead-letter table in the same checkpoint; the job goes on.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::IsTerminal;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floe_core::{Barrier, Committed, Polled, Positions, ReadItem, ReadOut, Reader, SourceError};
+use floe_core::{
+    Barrier, Committed, DeadLetter, Polled, Positions, ReadItem, ReadOut, Reader, SourceError,
+    StreamSpec, partition_of_entry,
+};
 use floe_lake::marker::newest_marker;
 use floe_lake::rest::{CatalogClient, LoadedTable};
 use floe_lake::{ErrorKind, LakeError, LakeResult};
@@ -41,7 +45,23 @@ use crate::deadletter::{self, DeadLetters};
 use crate::job::JobConfig;
 use crate::landing::Landing;
 use crate::metrics::JobMetrics;
+use crate::pipeline::{Pipeline, Routed};
 use crate::sink::{Sink, SinkInput, SinkKind, Sinks};
+use crate::state_table;
+
+/// How often operators see processing time pass.
+const TICK: Duration = Duration::from_secs(1);
+
+/// The prefix of a watermark entry in a partition's positions: `"{partition}#wm:{operator}"`.
+pub const WATERMARK: &str = "#wm:";
+
+/// Settings of a run beyond the job file.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Stateful operators whose committed state may be dropped because the job file removed
+    /// or reshaped them (`--allow-state-reset ID`).
+    pub allow_state_reset: Vec<String>,
+}
 
 /// Rows buffered in the reader before they are handed to the sinks.
 const FLUSH_ROWS: usize = 64 * 1024;
@@ -95,10 +115,22 @@ pub struct Job<R: Reader> {
     committer: Committer,
     /// The table of each sink; `landed[0]` is the dead-letter (anchor) table.
     landed: Vec<Landed>,
-    /// The sink of each reader stream, once its table exists.
-    stream_sinks: Vec<Option<usize>>,
+    /// The sink of each stream that lands, once its table exists.
+    stream_sinks: HashMap<String, usize>,
+    /// The reader's streams (their names by index), as last followed.
+    reader_streams: Vec<StreamSpec>,
     /// The reader's streams version the sinks follow.
     streams_version: Option<u64>,
+    /// The operators.
+    pipeline: Pipeline,
+    /// The state table's sink (stateful jobs).
+    state_sink: Option<usize>,
+    options: RunOptions,
+    /// The operators' fingerprints the job's newest commit holds.
+    committed_operators: BTreeMap<String, String>,
+    /// Rows of removed or reshaped operators to delete from the state table.
+    state_resets: Vec<(String, String, Vec<u8>)>,
+    last_tick: Instant,
     dead_letters: DeadLetters,
     /// This writer's positions as last sought or committed.
     start: Positions,
@@ -142,12 +174,52 @@ impl<R: Reader> Job<R> {
         reader: R,
         metrics: JobMetrics,
     ) -> LakeResult<Self> {
-        let (anchor, options) = deadletter::ensure_anchor(&client, &config).await?;
+        Self::open_with(config, client, reader, metrics, RunOptions::default()).await
+    }
+
+    /// [`open`](Self::open) with run options.
+    pub async fn open_with(
+        config: JobConfig,
+        client: CatalogClient,
+        reader: R,
+        metrics: JobMetrics,
+        options: RunOptions,
+    ) -> LakeResult<Self> {
+        let (anchor, anchor_options) = deadletter::ensure_anchor(&client, &config).await?;
         let mut sinks = Sinks::start();
-        let landed = vec![Landed::of(&anchor)];
+        let mut landed = vec![Landed::of(&anchor)];
         sinks
-            .add(Sink::new(anchor, options, SinkKind::Append)?)
+            .add(Sink::new(anchor, anchor_options, SinkKind::Append)?)
             .await?;
+        let stateful = config.pipeline.operators.iter().any(|o| o.stateful());
+        let store = if stateful {
+            let dir = config.state_dir.join("rocksdb");
+            Some(
+                floe_state::StateStore::open(&dir, config.state_memory as usize)
+                    .map_err(|e| LakeError::new(ErrorKind::Unavailable, e.to_string()))?,
+            )
+        } else {
+            None
+        };
+        let pipeline = Pipeline::new(config.pipeline.operators.clone(), store);
+        let mut state_sink = None;
+        if stateful {
+            let spec = state_table::spec(&config.state_table);
+            let landing = Landing::of(&config, &spec)?;
+            let table = landing
+                .ensure(
+                    &client,
+                    &config.catalog.namespace,
+                    spec.schema.as_ref().expect("a schema"),
+                )
+                .await?;
+            landed.push(Landed::of(&table));
+            state_sink = Some(
+                sinks
+                    .add(Sink::new(table, landing.options, landing.kind)?)
+                    .await?,
+            );
+        }
         let mut job = Self {
             committer: Committer::new(client.clone(), config.name.clone()),
             config,
@@ -156,8 +228,15 @@ impl<R: Reader> Job<R> {
             metrics,
             sinks,
             landed,
-            stream_sinks: Vec::new(),
+            stream_sinks: HashMap::new(),
+            reader_streams: Vec::new(),
             streams_version: None,
+            pipeline,
+            state_sink,
+            options,
+            committed_operators: BTreeMap::new(),
+            state_resets: Vec::new(),
+            last_tick: Instant::now(),
             dead_letters: DeadLetters::default(),
             start: Positions::new(),
             bytes_at_barrier: 0,
@@ -167,21 +246,26 @@ impl<R: Reader> Job<R> {
         Ok(job)
     }
 
-    /// Creates the tables of streams that got a schema, and adds the columns a stream gained.
+    /// Builds the operators whose input became known, creates the tables of streams that
+    /// land, and adds the columns a stream gained.
     async fn follow_streams(&mut self) -> LakeResult<()> {
         let version = self.reader.streams_version();
         if self.streams_version == Some(version) {
             return Ok(());
         }
-        for (index, spec) in self.reader.streams().iter().enumerate() {
+        self.reader_streams = self.reader.streams();
+        self.pipeline.build(&self.reader_streams)?;
+        let mut specs = self.reader_streams.clone();
+        specs.extend(self.pipeline.outputs());
+        for spec in &specs {
             let Some(schema) = &spec.schema else {
                 continue;
             };
-            if self.stream_sinks.len() <= index {
-                self.stream_sinks.resize(index + 1, None);
+            if !self.config.lands(&spec.name) {
+                continue;
             }
             let landing = Landing::of(&self.config, spec)?;
-            match self.stream_sinks[index] {
+            match self.stream_sinks.get(&spec.name).copied() {
                 None => {
                     let table = landing
                         .ensure(&self.client, &self.config.catalog.namespace, schema)
@@ -191,7 +275,7 @@ impl<R: Reader> Job<R> {
                         .sinks
                         .add(Sink::new(table, landing.options, landing.kind)?)
                         .await?;
-                    self.stream_sinks[index] = Some(sink);
+                    self.stream_sinks.insert(spec.name.clone(), sink);
                 }
                 Some(sink) => {
                     let columns = &self.landed[sink].columns;
@@ -210,16 +294,123 @@ impl<R: Reader> Job<R> {
         Ok(())
     }
 
+    /// Checks the job file's stateful operators against the state the job committed: a
+    /// removed or reshaped operator is refused unless its state may be reset.
+    fn check_operators(
+        &mut self,
+        committed: &BTreeMap<String, String>,
+    ) -> LakeResult<BTreeSet<String>> {
+        let now = self.pipeline.fingerprints();
+        let mut reset = BTreeSet::new();
+        let mut problems = Vec::new();
+        for (id, fingerprint) in committed {
+            let change = match now.get(id) {
+                None => "the job file no longer has it".to_string(),
+                Some(f) if f != fingerprint => {
+                    let place = self
+                        .pipeline
+                        .configs()
+                        .iter()
+                        .find(|c| &c.id == id)
+                        .map(|c| c.place.clone())
+                        .unwrap_or_default();
+                    format!("{place}: its configuration changed what its state means")
+                }
+                Some(_) => continue,
+            };
+            if self.options.allow_state_reset.contains(id) {
+                tracing::warn!(operator = %id, %change, "dropping the operator's committed state (--allow-state-reset)");
+                reset.insert(id.clone());
+            } else {
+                problems.push(format!(
+                    "stateful operator {id}: {change} (committed state: {fingerprint}); keep its \
+                     id and settings, or run with --allow-state-reset {id} to start it over"
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(reset)
+        } else {
+            Err(LakeError::new(ErrorKind::Invalid, problems.join("\n")))
+        }
+    }
+
+    /// Loads the committed state of the partitions this writer reads.
+    async fn restore_state(&mut self, reset: &BTreeSet<String>) -> LakeResult<()> {
+        let Some(sink) = self.state_sink else {
+            return Ok(());
+        };
+        self.pipeline.clear()?;
+        let owned: BTreeSet<String> = self
+            .reader
+            .positions()
+            .keys()
+            .map(|k| partition_of_entry(k).to_string())
+            .collect();
+        let owned: Vec<String> = owned.into_iter().collect();
+        let began = Instant::now();
+        let table = self.client.load_table(&self.landed[sink].ident).await?;
+        let ids = self.pipeline.ids();
+        let mut rows = Vec::new();
+        state_table::read(&table, &owned, |operator, partition, key, value| {
+            rows.push((
+                operator.to_string(),
+                partition.to_string(),
+                key.to_vec(),
+                value.to_vec(),
+            ));
+        })
+        .await?;
+        let mut restored = BTreeSet::new();
+        let count = rows.len();
+        for (operator, partition, key, value) in rows {
+            if reset.contains(&operator) {
+                self.state_resets.push((operator, partition, key));
+                continue;
+            }
+            let (Some(op), Some(p)) = (
+                ids.iter().position(|i| *i == operator),
+                self.reader.partition_index(&partition),
+            ) else {
+                continue;
+            };
+            self.pipeline.load(op as u16, p, &key, &value)?;
+            restored.insert(p);
+        }
+        let partitions: Vec<u32> = owned
+            .iter()
+            .filter_map(|name| self.reader.partition_index(name))
+            .collect();
+        let names = |p: u32| self.reader.partition_name(p);
+        self.pipeline.restored(&partitions, &names)?;
+        self.metrics
+            .state_restore_seconds
+            .observe(began.elapsed().as_secs_f64());
+        tracing::info!(
+            job = %self.config.name,
+            partitions = owned.len(),
+            rows = count,
+            millis = began.elapsed().as_millis() as u64,
+            "operator state restored"
+        );
+        Ok(())
+    }
+
     /// Seeks the reader to the job's committed positions.
     async fn recover(&mut self) -> LakeResult<()> {
         let anchor = self.client.load_table(&self.landed[0].ident).await?;
-        let job = newest_marker(&anchor.metadata, &self.config.name).map(|f| f.marker.positions);
+        let newest = newest_marker(&anchor.metadata, &self.config.name).map(|f| f.marker);
+        let operators = newest
+            .as_ref()
+            .map(|m| m.operators.clone())
+            .unwrap_or_default();
+        let job = newest.map(|m| m.positions);
         // A table's own positions matter only when a catalog without multi-table commits may
         // have left it behind the anchor.
         let mut tables = Vec::new();
         if self.reader.wants_table_positions() && !self.client.supports_transactions() {
-            for sink in &self.stream_sinks {
-                tables.push(match sink {
+            for stream in &self.reader_streams {
+                tables.push(match self.stream_sinks.get(&stream.name) {
                     Some(sink) => {
                         let table = self.client.load_table(&self.landed[*sink].ident).await?;
                         newest_marker(&table.metadata, &self.config.name)
@@ -234,14 +425,23 @@ impl<R: Reader> Job<R> {
             tables,
         };
         self.reader.seek(&committed).await.map_err(source_error)?;
-        // Fencing compares the anchor's values of the entries this writer holds.
+        let reset = self.check_operators(&operators)?;
+        self.committed_operators = operators;
+        // Fencing compares the anchor's values of every entry of the partitions this writer
+        // holds (positions, sequence watermarks, operators' watermarks).
         let job = job.unwrap_or_default();
-        self.start = self
+        let held: BTreeSet<String> = self
             .reader
             .positions()
             .keys()
-            .filter_map(|k| job.get(k).map(|v| (k.clone(), v.clone())))
+            .map(|k| partition_of_entry(k).to_string())
             .collect();
+        self.start = job
+            .iter()
+            .filter(|(k, _)| held.contains(partition_of_entry(k)))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        self.restore_state(&reset).await?;
         self.bytes_at_barrier = self.reader.bytes_read();
         tracing::info!(
             job = %self.config.name,
@@ -297,6 +497,9 @@ impl<R: Reader> Job<R> {
                 self.checkpoint().await?;
                 deadline = Instant::now() + self.config.interval;
             }
+            if self.last_tick.elapsed() >= TICK {
+                self.tick().await?;
+            }
             if Instant::now() >= status_due {
                 self.refresh_status().await;
                 status_due = Instant::now() + self.config.interval;
@@ -330,7 +533,62 @@ impl<R: Reader> Job<R> {
         }
     }
 
-    /// Hands what the reader read to the sinks.
+    /// Processing time passed for the operators (idleness, processing-time timers).
+    async fn tick(&mut self) -> LakeResult<()> {
+        self.last_tick = Instant::now();
+        let now_ms = now_us() / 1000;
+        let mut routed = Routed::default();
+        let names = |p: u32| self.reader.partition_name(p);
+        self.pipeline.tick(now_ms, &names, &mut routed)?;
+        let inputs = self.land(routed)?;
+        self.sinks.write(inputs).await
+    }
+
+    /// The sink inputs of routed rows; refused rows become dead letters.
+    fn land(&mut self, routed: Routed) -> LakeResult<Vec<(usize, SinkInput)>> {
+        let ingested_at = now_us();
+        for dead in routed.dead {
+            let name = self.reader.partition_name(dead.partition);
+            let (topic, partition) = match name.rsplit_once('/') {
+                Some((t, p)) => (t.to_string(), p.parse().unwrap_or(-1)),
+                None => (name.clone(), -1),
+            };
+            self.dead_letters.push(
+                &DeadLetter {
+                    topic: Arc::from(topic.as_str()),
+                    partition,
+                    offset: dead.offset,
+                    raw: dead.row.into_bytes(),
+                    reason: dead.reason,
+                },
+                ingested_at,
+            );
+        }
+        let mut inputs = Vec::with_capacity(routed.rows.len() + 1);
+        if let Some(batch) = self.dead_letters.take() {
+            inputs.push((0, SinkInput::Rows(batch)));
+        }
+        for stream in routed.truncates {
+            if let Some(sink) = self.stream_sinks.get(&stream) {
+                inputs.push((*sink, SinkInput::Truncate));
+            }
+        }
+        for (stream, rows) in routed.rows {
+            match self.stream_sinks.get(&stream) {
+                Some(sink) => inputs.push((*sink, SinkInput::Rows(rows.batch))),
+                None if !self.config.lands(&stream) => {}
+                None => {
+                    return Err(LakeError::new(
+                        ErrorKind::Invalid,
+                        format!("rows of stream {stream}, which has no table yet"),
+                    ));
+                }
+            }
+        }
+        Ok(inputs)
+    }
+
+    /// Hands what the reader read to the operators and the sinks.
     async fn flush(&mut self) -> LakeResult<()> {
         let mut out = ReadOut::default();
         self.reader.take(&mut out);
@@ -338,29 +596,25 @@ impl<R: Reader> Job<R> {
         for letter in &out.dead_letters {
             self.dead_letters.push(letter, ingested_at);
         }
-        let mut inputs = Vec::with_capacity(out.items.len() + 1);
-        if let Some(batch) = self.dead_letters.take() {
-            inputs.push((0, SinkInput::Rows(batch)));
-        }
+        let mut routed = Routed::default();
+        let names = |p: u32| self.reader.partition_name(p);
         for item in out.items {
             let stream = match &item {
                 ReadItem::Rows(rows) => rows.stream,
                 ReadItem::Truncate(stream) => *stream,
             };
-            let Some(sink) = self.stream_sinks.get(stream).copied().flatten() else {
+            let Some(name) = self.reader_streams.get(stream).map(|s| s.name.clone()) else {
                 return Err(LakeError::new(
                     ErrorKind::Invalid,
-                    format!("rows of stream {stream}, which has no table yet"),
+                    format!("rows of stream {stream}, which the reader did not declare"),
                 ));
             };
-            inputs.push((
-                sink,
-                match item {
-                    ReadItem::Rows(rows) => SinkInput::Rows(rows.batch),
-                    ReadItem::Truncate(_) => SinkInput::Truncate,
-                },
-            ));
+            match item {
+                ReadItem::Rows(rows) => self.pipeline.push(&name, rows, &names, &mut routed)?,
+                ReadItem::Truncate(_) => self.pipeline.truncate(&name, &mut routed),
+            }
         }
+        let inputs = self.land(routed)?;
         self.sinks.write(inputs).await
     }
 
@@ -372,6 +626,11 @@ impl<R: Reader> Job<R> {
         self.reader.take(&mut dropped);
         let _ = self.dead_letters.take();
         self.sinks.abort().await;
+        // The operators' state goes back to the committed one when the partitions are
+        // sought again (recover restores it).
+        if let Err(e) = self.pipeline.clear() {
+            tracing::warn!(error = %e, "could not clear the operators' state");
+        }
     }
 
     /// The barrier: closes the files of everything read so far and starts committing them as
@@ -383,6 +642,28 @@ impl<R: Reader> Job<R> {
         }
         let began = Instant::now();
         self.flush().await?;
+        let mut routed = Routed::default();
+        let names = |p: u32| self.reader.partition_name(p);
+        let epoch = self.pipeline.barrier(&names, &mut routed)?;
+        let mut inputs = self.land(routed)?;
+        let epoch = match epoch {
+            Some((epoch, changes)) => {
+                let ids = self.pipeline.ids();
+                let names = |p: u32| self.reader.partition_name(p);
+                let resets = std::mem::take(&mut self.state_resets);
+                let (batch, bytes) = state_table::changes_batch(&changes, &resets, &ids, &names);
+                self.metrics.state_checkpoint_bytes.set(bytes as i64);
+                self.metrics
+                    .state_checkpoint_keys
+                    .set((changes.len() + resets.len()) as i64);
+                if let (Some(batch), Some(sink)) = (batch, self.state_sink) {
+                    inputs.push((sink, SinkInput::Rows(batch)));
+                }
+                Some(epoch)
+            }
+            None => None,
+        };
+        self.sinks.write(inputs).await?;
         let closings = self.sinks.close().await?;
         self.bytes_at_barrier = self.reader.bytes_read();
         let parts = self
@@ -395,11 +676,32 @@ impl<R: Reader> Job<R> {
                 closing,
             })
             .collect();
+        let mut current = self.reader.positions();
+        let held: BTreeSet<String> = current
+            .keys()
+            .map(|k| partition_of_entry(k).to_string())
+            .collect();
+        for (operator, marks) in self.pipeline.watermarks() {
+            for (p, watermark) in marks {
+                let partition = self.reader.partition_name(p);
+                if held.contains(&partition) {
+                    current.insert(
+                        format!("{partition}{WATERMARK}{operator}"),
+                        watermark.to_string(),
+                    );
+                }
+            }
+        }
+        let operators = self.pipeline.fingerprints();
+        let force = operators != self.committed_operators;
         self.committer.start(Checkpoint {
             parts,
             start: self.start.clone(),
-            current: self.reader.positions(),
+            current,
             began,
+            epoch,
+            operators,
+            force,
         });
         Ok(())
     }
@@ -415,6 +717,11 @@ impl<R: Reader> Job<R> {
                     .observe(committed.commit_took.as_secs_f64());
                 self.start = committed.positions;
                 self.reader.acknowledge(&self.start);
+                if let Some(epoch) = committed.epoch {
+                    self.pipeline.committed(epoch)?;
+                }
+                self.committed_operators = self.pipeline.fingerprints();
+                self.observe_operators();
                 self.metrics.checkpoints.inc();
                 self.metrics
                     .checkpoint_seconds
@@ -443,6 +750,34 @@ impl<R: Reader> Job<R> {
                 self.abort(&why).await;
                 self.recover().await?;
                 Ok(true)
+            }
+        }
+    }
+
+    /// Operator and state gauges for `/metrics`.
+    fn observe_operators(&self) {
+        for (id, stats) in self.pipeline.stats() {
+            let m = &self.metrics;
+            m.open_windows
+                .with_label_values(&[&id])
+                .set(stats.open_windows as i64);
+            m.late_rows
+                .with_label_values(&[&id])
+                .set(stats.late_rows as i64);
+            m.timers.with_label_values(&[&id]).set(stats.timers as i64);
+        }
+        if let Some((keys, bytes)) = self.pipeline.state_size() {
+            self.metrics.state_keys.set(keys as i64);
+            self.metrics.state_bytes.set(bytes as i64);
+        }
+        let now = now_us();
+        for (operator, marks) in self.pipeline.watermarks() {
+            for (p, watermark) in marks {
+                let partition = self.reader.partition_name(p);
+                self.metrics
+                    .watermark_lag
+                    .with_label_values(&[&operator, &partition])
+                    .set((now.saturating_sub(watermark) / 1000).max(0));
             }
         }
     }

@@ -350,6 +350,7 @@ async fn commit(
         writer: None,
         checkpoint_id: checkpoint,
         positions: Default::default(),
+        operators: Default::default(),
     };
     let delta = Delta {
         data_files,

@@ -767,6 +767,10 @@ impl Reader for PostgresSource {
         format!("postgres/{}", self.config.slot)
     }
 
+    fn partition_index(&mut self, name: &str) -> Option<u32> {
+        (name == self.partition_name(PARTITION)).then_some(PARTITION)
+    }
+
     fn wants_table_positions(&self) -> bool {
         true
     }

@@ -355,6 +355,7 @@ pub async fn commit_as_writer(
         writer: None,
         checkpoint_id: checkpoint,
         positions: Default::default(),
+        operators: Default::default(),
     };
     floe_lake::commit::commit_checkpoint(
         client,

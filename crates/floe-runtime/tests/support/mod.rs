@@ -336,3 +336,123 @@ pub async fn events(table: &LoadedTable) -> Vec<(i32, i64, i64)> {
     rows.sort();
     rows
 }
+
+/// Records `key,event_ms` as rows of one stream `events`: `k` (string), `ts` (timestamptz,
+/// from the milliseconds), and the record's `partition` and `offset`; anything else is
+/// refused.
+#[derive(Debug, Default)]
+pub struct EventFormat {
+    key: arrow_array::builder::StringBuilder,
+    ts: arrow_array::builder::TimestampMicrosecondBuilder,
+    partition: Int32Builder,
+    offset: Int64Builder,
+    rows: usize,
+}
+
+pub fn event_schema() -> Schema {
+    let p = |t| Type::Primitive(t);
+    Schema::builder()
+        .with_fields(vec![
+            Arc::new(NestedField::optional(1, "k", p(PrimitiveType::String))),
+            Arc::new(NestedField::optional(
+                2,
+                "ts",
+                p(PrimitiveType::Timestamptz),
+            )),
+            Arc::new(NestedField::required(3, "partition", p(PrimitiveType::Int))),
+            Arc::new(NestedField::required(4, "offset", p(PrimitiveType::Long))),
+        ])
+        .build()
+        .unwrap()
+}
+
+/// The stream `events` of [`EventFormat`].
+pub fn event_stream() -> StreamSpec {
+    StreamSpec {
+        time_column: Some("ts".into()),
+        ..StreamSpec::append("events", "events", event_schema())
+    }
+}
+
+impl Format for EventFormat {
+    fn streams(&self) -> Vec<StreamSpec> {
+        vec![event_stream()]
+    }
+
+    fn append(&mut self, record: &SourceRecord, _ingested_at_us: i64) -> Result<Appended, Refused> {
+        let text =
+            std::str::from_utf8(&record.payload).map_err(|_| Refused::Record("not text".into()))?;
+        let (key, ms) = text
+            .split_once(',')
+            .ok_or_else(|| Refused::Record("not key,ms".into()))?;
+        let ms: Option<i64> = if ms.is_empty() {
+            None
+        } else {
+            Some(
+                ms.parse()
+                    .map_err(|_| Refused::Record("not key,ms".into()))?,
+            )
+        };
+        self.key.append_option((!key.is_empty()).then_some(key));
+        self.ts.append_option(ms.map(|m| m * 1000));
+        self.partition.append_value(record.partition);
+        self.offset.append_value(record.offset);
+        self.rows += 1;
+        Ok(Appended::Rows)
+    }
+
+    fn buffered_rows(&self) -> usize {
+        self.rows
+    }
+
+    fn stream_rows(&self, stream: usize) -> usize {
+        if stream == 0 { self.rows } else { 0 }
+    }
+
+    fn take(&mut self) -> Vec<(usize, RecordBatch)> {
+        if self.rows == 0 {
+            return Vec::new();
+        }
+        self.rows = 0;
+        let columns: [(&str, ArrayRef); 4] = [
+            ("k", Arc::new(self.key.finish())),
+            ("ts", Arc::new(self.ts.finish().with_timezone("+00:00"))),
+            ("partition", Arc::new(self.partition.finish())),
+            ("offset", Arc::new(self.offset.finish())),
+        ];
+        vec![(0, RecordBatch::try_from_iter(columns).unwrap())]
+    }
+}
+
+/// `[source.memory]` for the event stream.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSection {
+    memory: toml::Table,
+}
+
+impl floe_runtime::job::SourceSection for EventSection {
+    type Config = ();
+
+    fn check(&self, _c: &mut floe_config::Checker<'_>, _job: &str) -> Option<()> {
+        let _ = &self.memory;
+        Some(())
+    }
+
+    fn streams(_config: &()) -> floe_runtime::job::Streams {
+        floe_runtime::job::Streams::Known(vec![event_stream()])
+    }
+}
+
+/// A job file of the event stream with `extra` (operators, streams) appended.
+pub fn event_job(name: &str, uri: &str, state_dir: &Path, extra: &str) -> floe_runtime::JobConfig {
+    let text = format!(
+        "version = 1\nname = \"{name}\"\n[source.memory]\n[catalog]\nuri = \"{uri}\"\nnamespace = \"t\"\n\
+         [checkpoint]\ninterval = \"100ms\"\nstate_dir = \"{}\"\n{extra}",
+        state_dir.display()
+    );
+    match floe_runtime::JobConfig::from_toml::<EventSection>(None, &text) {
+        Ok((config, ())) => config,
+        Err(e) => panic!("{e}"),
+    }
+}

@@ -1,0 +1,633 @@
+//! The job file sections of the pipeline: `[streams.<name>]` (event time) and
+//! `[[operators]]`, checked into an [`OperatorConfig`] per operator and a graph without
+//! cycles, every problem at `file:line:col`.
+//!
+//! ```toml
+//! [streams.spans]
+//! time_column = "ts"            # the event time (OTLP streams: ts)
+//! out_of_orderness = "5s"       # how late rows may come behind the newest (default 0s)
+//! idle_after = "1m"             # a partition quiet this long stops holding the clock
+//!
+//! [[operators]]
+//! id = "errors"                 # stable: state is stored under it
+//! kind = "filter"               # filter | select | window
+//! input = "spans"
+//! output = "error_spans"        # default: the id
+//! where = "status_code = 'ERROR'"
+//!
+//! [[operators]]
+//! id = "durations"
+//! kind = "select"
+//! input = "spans"
+//! columns = ["*", "duration_ns / 1e6 AS duration_ms"]
+//!
+//! [[operators]]
+//! id = "rollup_1m"
+//! kind = "window"
+//! input = "spans"
+//! window = { type = "tumbling", size = "1m" }   # sliding: size, slide; session: gap
+//! key = ["service_name", "span_name", "status_code"]
+//! allowed_lateness = "30s"
+//! late_output = "rollup_1m_late"               # default: <output>_late
+//! aggregates = { spans = "count()", p99_ns = "quantile(duration_ns, 0.99)" }
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use floe_config::{Checker, Text};
+use floe_core::StreamSpec;
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::Operator;
+use crate::aggregate::{Aggregate, parse_aggregate};
+use crate::sql::Sql;
+use crate::window::{Window, WindowKind, WindowSpec};
+
+/// `[streams.<name>]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStream {
+    /// The event-time column (default: the stream's own, `ts` for OTLP streams).
+    pub time_column: Option<Text>,
+    /// How far behind the newest event time rows may still arrive (default `0s`).
+    pub out_of_orderness: Option<Text>,
+    /// Processing time without rows after which a partition stops holding the clock
+    /// (default: never).
+    pub idle_after: Option<Text>,
+}
+
+/// `[[operators]] window = {…}` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWindow {
+    /// `tumbling`, `sliding` or `session`.
+    #[serde(rename = "type")]
+    pub kind: Option<Text>,
+    /// The length of a tumbling or sliding window.
+    pub size: Option<Text>,
+    /// The distance between sliding windows' starts.
+    pub slide: Option<Text>,
+    /// The inactivity that ends a session.
+    pub gap: Option<Text>,
+}
+
+/// `[[operators]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOperator {
+    /// The stable id (Flink's uid): state and watermarks are stored under it.
+    pub id: Option<Text>,
+    /// `filter`, `select` or `window`.
+    pub kind: Option<Text>,
+    /// The stream it reads.
+    pub input: Option<Text>,
+    /// The stream it produces (default: the id).
+    pub output: Option<Text>,
+    /// `filter`, `select`: the SQL condition rows must meet.
+    #[serde(rename = "where")]
+    pub predicate: Option<Text>,
+    /// `select`: SQL expressions, each optionally `AS name`; `*` is every input column.
+    pub columns: Option<Vec<Text>>,
+    /// `window`: its shape.
+    pub window: Option<Spanned<RawWindow>>,
+    /// `window`: key columns (default: none, one row per window).
+    pub key: Option<Vec<Text>>,
+    /// `window`: the event-time column, instead of the input stream's.
+    pub time_column: Option<Text>,
+    /// `window`: how long a fired window still takes late rows (default `0s`).
+    pub allowed_lateness: Option<Text>,
+    /// `window`: the stream of rows later than that (default `<output>_late`).
+    pub late_output: Option<Text>,
+    /// `window`: output column → aggregate (`count()`, `sum(col)`, `min(col)`, `max(col)`,
+    /// `avg(col)`, `count_distinct(col)`, `quantile(col, q)`).
+    #[serde(default)]
+    pub aggregates: BTreeMap<String, Text>,
+}
+
+/// A stream's event-time settings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StreamTime {
+    /// The event-time column.
+    pub time_column: Option<String>,
+    /// Allowed disorder.
+    pub out_of_orderness: Duration,
+    /// Idleness.
+    pub idle_after: Option<Duration>,
+}
+
+/// What an operator does.
+#[derive(Debug, Clone)]
+pub enum OperatorKind {
+    /// `filter` / `select`.
+    Sql {
+        /// Output columns (`None`: all).
+        columns: Option<Vec<String>>,
+        /// The condition.
+        predicate: Option<String>,
+    },
+    /// `window`.
+    Window(WindowSpec),
+}
+
+/// A checked operator, ready to build once its input's columns are known.
+#[derive(Debug, Clone)]
+pub struct OperatorConfig {
+    /// Its id.
+    pub id: String,
+    /// `file:line:col` of its id.
+    pub place: String,
+    /// The stream it reads.
+    pub input: String,
+    /// The streams it produces (main first).
+    pub outputs: Vec<String>,
+    /// What it does.
+    pub kind: OperatorKind,
+}
+
+impl OperatorConfig {
+    /// Whether it keeps state.
+    pub fn stateful(&self) -> bool {
+        matches!(self.kind, OperatorKind::Window(_))
+    }
+
+    /// For a stateful operator, the digest of everything its stored state depends on.
+    pub fn fingerprint(&self) -> Option<String> {
+        match &self.kind {
+            OperatorKind::Window(w) => Some(w.fingerprint()),
+            OperatorKind::Sql { .. } => None,
+        }
+    }
+
+    /// The operator over `input`; `Err` says why it cannot read it.
+    pub fn build(&self, input: &StreamSpec) -> Result<Box<dyn Operator>, String> {
+        Ok(match &self.kind {
+            OperatorKind::Sql { columns, predicate } => Box::new(Sql::new(
+                &self.id,
+                input,
+                &self.outputs[0],
+                columns.clone(),
+                predicate.clone(),
+            )?),
+            OperatorKind::Window(spec) => Box::new(Window::new(spec.clone(), input)?),
+        })
+    }
+
+    /// One line for `floe validate`: what it does.
+    pub fn describe(&self) -> String {
+        match &self.kind {
+            OperatorKind::Sql {
+                columns: None,
+                predicate: Some(p),
+            } => format!("filter where {p}"),
+            OperatorKind::Sql { columns, predicate } => {
+                let mut s = format!(
+                    "select {}",
+                    columns.as_deref().map_or("*".to_string(), |c| c.join(", "))
+                );
+                if let Some(p) = predicate {
+                    s.push_str(&format!(" where {p}"));
+                }
+                s
+            }
+            OperatorKind::Window(w) => {
+                let shape = match w.kind {
+                    WindowKind::Tumbling { size } => format!("tumbling {}", micros_text(size)),
+                    WindowKind::Sliding { size, slide } => {
+                        format!("sliding {} every {}", micros_text(size), micros_text(slide))
+                    }
+                    WindowKind::Session { gap } => format!("session gap {}", micros_text(gap)),
+                };
+                let key = if w.key.is_empty() {
+                    String::new()
+                } else {
+                    format!(" by {}", w.key.join(", "))
+                };
+                let aggregates: Vec<&str> = w.aggregates.iter().map(|a| a.name.as_str()).collect();
+                format!(
+                    "window {shape}{key} on {}: {} (out of order {}, lateness {})",
+                    w.time_column,
+                    aggregates.join(", "),
+                    micros_text(w.out_of_orderness),
+                    micros_text(w.allowed_lateness)
+                )
+            }
+        }
+    }
+}
+
+fn micros_text(us: i64) -> String {
+    let d = Duration::from_micros(us.max(0) as u64);
+    match d.as_secs() {
+        0 => format!("{}ms", d.as_millis()),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// The pipeline of a job file.
+#[derive(Debug, Clone, Default)]
+pub struct Pipeline {
+    /// Operators, each after the operators producing its input.
+    pub operators: Vec<OperatorConfig>,
+    /// Event-time settings per stream named in `[streams]`.
+    pub streams: BTreeMap<String, StreamTime>,
+}
+
+fn name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || "_-.".contains(ch))
+}
+
+/// Checks `[streams]` and `[[operators]]` against the source's streams (`None`: change
+/// streams named `schema.table`, known only when the source connects).
+pub fn check_pipeline(
+    c: &mut Checker<'_>,
+    raw_streams: &BTreeMap<Text, RawStream>,
+    raw_operators: &[Spanned<RawOperator>],
+    source: Option<&[StreamSpec]>,
+) -> Pipeline {
+    let is_source = |name: &str| match source {
+        Some(streams) => streams.iter().any(|s| s.name == name),
+        None => name.contains('.'),
+    };
+    let mut operators: Vec<(OperatorConfig, Option<Text>)> = Vec::new();
+    let mut produced: HashMap<String, usize> = HashMap::new();
+    let mut ids = BTreeSet::new();
+    for spanned in raw_operators {
+        let raw = spanned.get_ref();
+        let Some(id_value) = &raw.id else {
+            c.at(
+                spanned,
+                "an operator needs an `id` (its state is stored under it)",
+            );
+            continue;
+        };
+        let id = c.text(id_value);
+        if !name_ok(&id) {
+            c.at(
+                id_value,
+                "an operator id is letters, digits, '_', '-' or '.'",
+            );
+        } else if !ids.insert(id.clone()) {
+            c.at(id_value, format!("two operators have the id {id}"));
+        }
+        let place = c.place(id_value);
+        let Some(kind_value) = &raw.kind else {
+            c.at(
+                id_value,
+                format!("operator {id} needs a `kind`: filter, select or window"),
+            );
+            continue;
+        };
+        let kind_name = c.text(kind_value);
+        let Some(input_value) = &raw.input else {
+            c.at(id_value, format!("operator {id} needs an `input` stream"));
+            continue;
+        };
+        let input = c.text(input_value);
+        let output = c.opt(raw.output.as_ref()).unwrap_or_else(|| id.clone());
+        let not_for = |c: &mut Checker<'_>, field: &str, present: bool| {
+            if present {
+                c.at(
+                    kind_value,
+                    format!("`{field}` is not a setting of a {kind_name} operator"),
+                );
+            }
+        };
+        let kind = match kind_name.as_str() {
+            "filter" | "select" => {
+                not_for(c, "window", raw.window.is_some());
+                not_for(c, "key", raw.key.is_some());
+                not_for(c, "aggregates", !raw.aggregates.is_empty());
+                not_for(c, "allowed_lateness", raw.allowed_lateness.is_some());
+                not_for(c, "late_output", raw.late_output.is_some());
+                not_for(c, "time_column", raw.time_column.is_some());
+                let predicate = c.opt(raw.predicate.as_ref());
+                let columns = raw
+                    .columns
+                    .as_ref()
+                    .map(|cols| cols.iter().map(|t| c.text(t)).collect::<Vec<_>>());
+                if kind_name == "filter" {
+                    not_for(c, "columns", raw.columns.is_some());
+                    if predicate.is_none() {
+                        c.at(
+                            kind_value,
+                            format!("filter {id} needs `where`, its condition"),
+                        );
+                    }
+                } else if columns.as_ref().is_none_or(Vec::is_empty) {
+                    c.at(kind_value, format!("select {id} needs `columns`"));
+                }
+                OperatorKind::Sql { columns, predicate }
+            }
+            "window" => {
+                not_for(c, "where", raw.predicate.is_some());
+                not_for(c, "columns", raw.columns.is_some());
+                match window(c, &id, raw, kind_value) {
+                    Some(spec) => OperatorKind::Window(WindowSpec {
+                        output: output.clone(),
+                        late_output: c
+                            .opt(raw.late_output.as_ref())
+                            .unwrap_or_else(|| format!("{output}_late")),
+                        ..spec
+                    }),
+                    None => continue,
+                }
+            }
+            other => {
+                c.at(
+                    kind_value,
+                    format!("there is no operator kind {other:?}; use filter, select or window"),
+                );
+                continue;
+            }
+        };
+        let mut outputs = vec![output];
+        if let OperatorKind::Window(w) = &kind {
+            outputs.push(w.late_output.clone());
+        }
+        for out in &outputs {
+            if !name_ok(out) {
+                c.at(
+                    id_value,
+                    format!("stream name {out:?} is letters, digits, '_', '-' or '.'"),
+                );
+            } else if is_source(out) || produced.contains_key(out) {
+                c.at(id_value, format!("stream {out} is produced twice"));
+            }
+            produced.insert(out.clone(), operators.len());
+        }
+        operators.push((
+            OperatorConfig {
+                id,
+                place,
+                input,
+                outputs,
+                kind,
+            },
+            Some(input_value.clone()),
+        ));
+    }
+    // Every input exists, and no operator feeds itself.
+    for (op, input_value) in &operators {
+        if !is_source(&op.input)
+            && !produced.contains_key(&op.input)
+            && let Some(v) = input_value
+        {
+            let known: Vec<String> = source
+                .map(|s| s.iter().map(|s| s.name.clone()).collect())
+                .unwrap_or_default();
+            c.at(
+                v,
+                format!(
+                    "operator {} reads stream {}, which nothing produces (the source's streams: {known:?})",
+                    op.id, op.input
+                ),
+            );
+        }
+    }
+    let order = match topological(
+        &operators.iter().map(|(o, _)| o.clone()).collect::<Vec<_>>(),
+        &produced,
+    ) {
+        Ok(order) => order,
+        Err(cycle) => {
+            let (_, at) = &operators[cycle[0]];
+            if let Some(at) = at {
+                let ids: Vec<&str> = cycle.iter().map(|i| operators[*i].0.id.as_str()).collect();
+                c.at(
+                    at,
+                    format!(
+                        "operators {} read each other's output: a cycle",
+                        ids.join(" → ")
+                    ),
+                );
+            }
+            (0..operators.len()).collect()
+        }
+    };
+    let operators: Vec<OperatorConfig> =
+        order.into_iter().map(|i| operators[i].0.clone()).collect();
+
+    let mut streams = BTreeMap::new();
+    for (name, raw) in raw_streams {
+        let stream = name.get_ref();
+        if !is_source(stream) && !produced.contains_key(stream.as_str()) {
+            c.at(
+                name,
+                format!("[streams.{stream}]: no stream {stream} in this job"),
+            );
+        }
+        streams.insert(
+            stream.clone(),
+            StreamTime {
+                time_column: c.opt(raw.time_column.as_ref()),
+                out_of_orderness: c.duration_or_zero(raw.out_of_orderness.as_ref(), Duration::ZERO),
+                idle_after: raw
+                    .idle_after
+                    .as_ref()
+                    .map(|v| c.duration(Some(v), Duration::from_secs(60))),
+            },
+        );
+    }
+    Pipeline { operators, streams }
+}
+
+/// Operator indices, producers first; `Err(cycle)` when inputs loop.
+fn topological(
+    operators: &[OperatorConfig],
+    produced: &HashMap<String, usize>,
+) -> Result<Vec<usize>, Vec<usize>> {
+    // 0 = unvisited, 1 = on the path, 2 = done.
+    fn visit(
+        i: usize,
+        operators: &[OperatorConfig],
+        produced: &HashMap<String, usize>,
+        marks: &mut [u8],
+        path: &mut Vec<usize>,
+        order: &mut Vec<usize>,
+    ) -> Result<(), Vec<usize>> {
+        match marks[i] {
+            2 => return Ok(()),
+            1 => {
+                let from = path.iter().position(|p| *p == i).unwrap_or(0);
+                return Err(path[from..].to_vec());
+            }
+            _ => {}
+        }
+        marks[i] = 1;
+        path.push(i);
+        if let Some(&producer) = produced.get(&operators[i].input) {
+            visit(producer, operators, produced, marks, path, order)?;
+        }
+        path.pop();
+        marks[i] = 2;
+        order.push(i);
+        Ok(())
+    }
+    let mut marks = vec![0u8; operators.len()];
+    let mut order = Vec::new();
+    for i in 0..operators.len() {
+        visit(
+            i,
+            operators,
+            produced,
+            &mut marks,
+            &mut Vec::new(),
+            &mut order,
+        )?;
+    }
+    Ok(order)
+}
+
+fn window(c: &mut Checker<'_>, id: &str, raw: &RawOperator, at: &Text) -> Option<WindowSpec> {
+    let Some(w) = &raw.window else {
+        c.at(
+            at,
+            format!("window {id} needs `window`, e.g. {{ type = \"tumbling\", size = \"1m\" }}"),
+        );
+        return None;
+    };
+    let shape = w.get_ref();
+    let micros = |c: &mut Checker<'_>, v: Option<&Text>, what: &str| -> Option<i64> {
+        match v {
+            Some(v) => Some(c.duration(Some(v), Duration::from_secs(60)).as_micros() as i64),
+            None => {
+                c.at(
+                    w,
+                    format!(
+                        "a {what} window needs its `{}`",
+                        if what == "session" { "gap" } else { "size" }
+                    ),
+                );
+                None
+            }
+        }
+    };
+    let kind = match c.opt(shape.kind.as_ref()).as_deref() {
+        Some("tumbling") => WindowKind::Tumbling {
+            size: micros(c, shape.size.as_ref(), "tumbling")?,
+        },
+        Some("sliding") => {
+            let size = micros(c, shape.size.as_ref(), "sliding")?;
+            let Some(slide_value) = &shape.slide else {
+                c.at(w, "a sliding window needs its `slide`");
+                return None;
+            };
+            let slide = c
+                .duration(Some(slide_value), Duration::from_secs(60))
+                .as_micros() as i64;
+            if slide > size || size % slide != 0 {
+                c.at(
+                    slide_value,
+                    "a sliding window's size must be a multiple of its slide",
+                );
+                return None;
+            }
+            WindowKind::Sliding { size, slide }
+        }
+        Some("session") => WindowKind::Session {
+            gap: micros(c, shape.gap.as_ref(), "session")?,
+        },
+        other => {
+            c.at(
+                w,
+                format!("window type {other:?}: use \"tumbling\", \"sliding\" or \"session\""),
+            );
+            return None;
+        }
+    };
+    let mut aggregates: Vec<Aggregate> = Vec::new();
+    for (name, text) in &raw.aggregates {
+        match parse_aggregate(name, &c.text(text)) {
+            Ok(a) => aggregates.push(a),
+            Err(e) => c.at(text, e),
+        }
+    }
+    if raw.aggregates.is_empty() {
+        c.at(
+            at,
+            format!("window {id} needs `aggregates`, e.g. {{ n = \"count()\" }}"),
+        );
+    }
+    Some(WindowSpec {
+        id: id.to_string(),
+        kind,
+        // Resolved against the input stream by `resolve_time`.
+        time_column: c.opt(raw.time_column.as_ref()).unwrap_or_default(),
+        out_of_orderness: 0,
+        allowed_lateness: c
+            .duration_or_zero(raw.allowed_lateness.as_ref(), Duration::ZERO)
+            .as_micros() as i64,
+        idle_after: None,
+        key: raw.key.iter().flatten().map(|k| c.text(k)).collect(),
+        aggregates,
+        output: String::new(),
+        late_output: String::new(),
+    })
+}
+
+/// Fills in each window's event time from its input stream (the operator's `time_column`, or
+/// the stream's `[streams]` setting, or the stream's own), following `select`/`filter`
+/// operators back to a source stream; returns the windows that have none, with their place.
+pub fn resolve_time(pipeline: &mut Pipeline, source: &[StreamSpec]) -> Vec<(String, String)> {
+    let mut missing = Vec::new();
+    let lookup = |stream: &str, pipeline: &Pipeline| -> StreamTime {
+        let mut name = stream.to_string();
+        let mut time = StreamTime::default();
+        let mut seen = 0;
+        loop {
+            if let Some(t) = pipeline.streams.get(&name) {
+                if time.time_column.is_none() {
+                    time.time_column = t.time_column.clone();
+                }
+                if time.out_of_orderness.is_zero() {
+                    time.out_of_orderness = t.out_of_orderness;
+                }
+                if time.idle_after.is_none() {
+                    time.idle_after = t.idle_after;
+                }
+            }
+            if let Some(s) = source.iter().find(|s| s.name == name) {
+                if time.time_column.is_none() {
+                    time.time_column = s.time_column.clone();
+                }
+                return time;
+            }
+            let producer = pipeline
+                .operators
+                .iter()
+                .find(|o| o.outputs.contains(&name) && matches!(o.kind, OperatorKind::Sql { .. }));
+            match producer {
+                Some(p) if seen < 64 => {
+                    name = p.input.clone();
+                    seen += 1;
+                }
+                _ => return time,
+            }
+        }
+    };
+    let times: Vec<StreamTime> = pipeline
+        .operators
+        .iter()
+        .map(|o| lookup(&o.input, pipeline))
+        .collect();
+    for (op, time) in pipeline.operators.iter_mut().zip(times) {
+        if let OperatorKind::Window(w) = &mut op.kind {
+            w.out_of_orderness = time.out_of_orderness.as_micros() as i64;
+            w.idle_after = time.idle_after;
+            if w.time_column.is_empty() {
+                match time.time_column {
+                    Some(t) => w.time_column = t,
+                    None => missing.push((op.place.clone(), op.id.clone())),
+                }
+            }
+        }
+    }
+    missing
+}

@@ -1,0 +1,327 @@
+//! The pipeline between the reader and the sinks: the job's operators, the routes between
+//! streams, and the keyed state of the stateful ones.
+//!
+//! ```text
+//!  reader streams ──> operators (by the job file's order of inputs) ──> derived streams
+//!        │                 │ refused rows: dead letters                      │
+//!        └── every stream that lands has a sink; others only feed operators ─┘
+//! ```
+//!
+//! An operator is built as soon as its input's columns are known (at start for OTLP streams,
+//! on the first event for a Debezium topic). Rows are routed depth-first: a batch reaches
+//! its sink and every operator reading its stream, and what those emit is routed the same
+//! way, before the next batch — so each stream sees its partitions' rows in source order.
+//!
+//! **State** lives in one [`StateStore`] (RocksDB) under [`state_table`](crate::state_table)
+//! names: operator id, source partition. At a barrier the operators flush, the store seals its
+//! epoch, and the epoch's changes become rows of the state table in the same checkpoint.
+//! Restoring clears the local store and loads the owned partitions' rows from the state
+//! table, then lets each operator rebuild what it keeps in memory.
+
+use std::collections::{BTreeMap, HashMap};
+
+use floe_core::{StreamBatch, StreamSpec};
+use floe_lake::{ErrorKind, LakeError, LakeResult};
+use floe_ops::config::OperatorConfig;
+use floe_ops::{Context, DeadRow, OpError, Operator, OperatorStats};
+use floe_state::{Change, StateStore};
+
+fn invalid(message: impl Into<String>) -> LakeError {
+    LakeError::new(ErrorKind::Invalid, message)
+}
+
+fn op_error(e: OpError) -> LakeError {
+    invalid(e.to_string())
+}
+
+/// What routing produced: rows per stream (to land), truncated streams, refused rows.
+#[derive(Debug, Default)]
+pub(crate) struct Routed {
+    pub(crate) rows: Vec<(String, StreamBatch)>,
+    pub(crate) truncates: Vec<String>,
+    pub(crate) dead: Vec<DeadRow>,
+}
+
+/// A job's operators.
+pub(crate) struct Pipeline {
+    configs: Vec<OperatorConfig>,
+    operators: Vec<Option<Box<dyn Operator>>>,
+    /// The input columns each built operator was last told of.
+    inputs: Vec<Option<iceberg::spec::Schema>>,
+    /// Stream → the operators reading it.
+    consumers: HashMap<String, Vec<usize>>,
+    state: Option<StateStore>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("operators", &self.configs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pipeline {
+    /// The operators of a job file (producers first); `state` holds the stateful ones' state.
+    pub(crate) fn new(configs: Vec<OperatorConfig>, state: Option<StateStore>) -> Self {
+        let mut consumers: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, c) in configs.iter().enumerate() {
+            consumers.entry(c.input.clone()).or_default().push(i);
+        }
+        Self {
+            operators: configs.iter().map(|_| None).collect(),
+            inputs: configs.iter().map(|_| None).collect(),
+            configs,
+            consumers,
+            state,
+        }
+    }
+
+    /// The operators' ids, by index (their number in the state store).
+    pub(crate) fn ids(&self) -> Vec<String> {
+        self.configs.iter().map(|c| c.id.clone()).collect()
+    }
+
+    /// The configurations.
+    pub(crate) fn configs(&self) -> &[OperatorConfig] {
+        &self.configs
+    }
+
+    /// Builds the operators whose input is now known, and tells built ones their input's
+    /// columns changed (producers first, so changes flow down).
+    pub(crate) fn build(&mut self, known: &[StreamSpec]) -> LakeResult<()> {
+        let mut specs: HashMap<String, StreamSpec> = known
+            .iter()
+            .filter(|s| s.schema.is_some())
+            .map(|s| (s.name.clone(), s.clone()))
+            .collect();
+        for (i, config) in self.configs.iter().enumerate() {
+            let Some(input) = specs.get(&config.input).cloned() else {
+                continue;
+            };
+            let failed =
+                |e: String| invalid(format!("{}: operator {}: {e}", config.place, config.id));
+            match &mut self.operators[i] {
+                Some(op) => {
+                    if self.inputs[i].as_ref() != input.schema.as_ref() {
+                        op.on_input(&input).map_err(failed)?;
+                    }
+                }
+                None => self.operators[i] = Some(config.build(&input).map_err(failed)?),
+            }
+            self.inputs[i] = input.schema.clone();
+            if let Some(op) = &self.operators[i] {
+                for out in op.outputs() {
+                    specs.insert(out.name.clone(), out.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The streams the built operators produce.
+    pub(crate) fn outputs(&self) -> Vec<StreamSpec> {
+        self.operators
+            .iter()
+            .flatten()
+            .flat_map(|op| op.outputs().to_vec())
+            .collect()
+    }
+
+    /// Routes rows of `stream`: the rows themselves and everything operators make of them.
+    pub(crate) fn push(
+        &mut self,
+        stream: &str,
+        batch: StreamBatch,
+        names: &dyn Fn(u32) -> String,
+        out: &mut Routed,
+    ) -> LakeResult<()> {
+        let consumers = self.consumers.get(stream).cloned().unwrap_or_default();
+        for i in consumers {
+            let Some(op) = self.operators[i].as_mut() else {
+                return Err(invalid(format!(
+                    "operator {} got rows before its input's columns were known",
+                    self.configs[i].id
+                )));
+            };
+            let mut ctx = Context::new(self.state.as_mut(), i as u16, names);
+            op.on_batch(&batch, &mut ctx).map_err(op_error)?;
+            let done = ctx.finish();
+            self.drain(i, done, names, out)?;
+        }
+        out.rows.push((stream.to_string(), batch));
+        Ok(())
+    }
+
+    /// Routes what operator `i` emitted and refused.
+    fn drain(
+        &mut self,
+        i: usize,
+        (emitted, dead): (Vec<(usize, StreamBatch)>, Vec<DeadRow>),
+        names: &dyn Fn(u32) -> String,
+        out: &mut Routed,
+    ) -> LakeResult<()> {
+        out.dead.extend(dead);
+        for (output, mut batch) in emitted {
+            let stream = self.configs[i]
+                .outputs
+                .get(output)
+                .cloned()
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "operator {} has no output {output}",
+                        self.configs[i].id
+                    ))
+                })?;
+            batch.stream = output;
+            self.push(&stream, batch, names, out)?;
+        }
+        Ok(())
+    }
+
+    /// A stream was emptied: so are the streams `select`/`filter` operators derive from it.
+    pub(crate) fn truncate(&mut self, stream: &str, out: &mut Routed) {
+        out.truncates.push(stream.to_string());
+        let consumers = self.consumers.get(stream).cloned().unwrap_or_default();
+        for i in consumers {
+            if !self.configs[i].stateful() {
+                let outputs = self.configs[i].outputs.clone();
+                for o in outputs {
+                    self.truncate(&o, out);
+                }
+            }
+        }
+    }
+
+    /// Calls one hook of every built operator (in order), routing what it emits.
+    fn each(
+        &mut self,
+        names: &dyn Fn(u32) -> String,
+        out: &mut Routed,
+        mut hook: impl FnMut(&mut Box<dyn Operator>, &mut Context<'_>) -> Result<(), OpError>,
+    ) -> LakeResult<()> {
+        for i in 0..self.operators.len() {
+            let Some(op) = self.operators[i].as_mut() else {
+                continue;
+            };
+            let mut ctx = Context::new(self.state.as_mut(), i as u16, names);
+            hook(op, &mut ctx).map_err(op_error)?;
+            let done = ctx.finish();
+            self.drain(i, done, names, out)?;
+        }
+        Ok(())
+    }
+
+    /// Processing time passed.
+    pub(crate) fn tick(
+        &mut self,
+        now_ms: i64,
+        names: &dyn Fn(u32) -> String,
+        out: &mut Routed,
+    ) -> LakeResult<()> {
+        self.each(names, out, |op, ctx| op.on_tick(now_ms, ctx))
+    }
+
+    /// The barrier: operators flush; returns the state changes of the epoch it closes.
+    pub(crate) fn barrier(
+        &mut self,
+        names: &dyn Fn(u32) -> String,
+        out: &mut Routed,
+    ) -> LakeResult<Option<(u64, Vec<Change>)>> {
+        self.each(names, out, |op, ctx| op.on_barrier(ctx))?;
+        let Some(state) = self.state.as_mut() else {
+            return Ok(None);
+        };
+        let epoch = state.seal();
+        let mut changes = Vec::new();
+        state
+            .changes(epoch, |c| changes.push(c))
+            .map_err(|e| invalid(e.to_string()))?;
+        Ok(Some((epoch, changes)))
+    }
+
+    /// The changes of epochs up to `epoch` are committed.
+    pub(crate) fn committed(&mut self, epoch: u64) -> LakeResult<()> {
+        if let Some(state) = self.state.as_mut() {
+            state.release(epoch).map_err(|e| invalid(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Forgets all state (before restoring it).
+    pub(crate) fn clear(&mut self) -> LakeResult<()> {
+        for op in self.operators.iter_mut().flatten() {
+            op.forget();
+        }
+        if let Some(state) = self.state.as_mut() {
+            state.clear().map_err(|e| invalid(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Loads one committed state row.
+    pub(crate) fn load(
+        &mut self,
+        operator: u16,
+        partition: u32,
+        key: &[u8],
+        value: &[u8],
+    ) -> LakeResult<()> {
+        match self.state.as_mut() {
+            Some(state) => state
+                .load(operator, partition, key, value)
+                .map_err(|e| invalid(e.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// Lets every stateful operator rebuild its memory of `partitions` from their state.
+    pub(crate) fn restored(
+        &mut self,
+        partitions: &[u32],
+        names: &dyn Fn(u32) -> String,
+    ) -> LakeResult<()> {
+        let mut out = Routed::default();
+        for &p in partitions {
+            self.each(names, &mut out, |op, ctx| op.on_restore(p, ctx))?;
+        }
+        if !out.rows.is_empty() {
+            return Err(invalid(
+                "an operator emitted rows while its state was restored",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Per operator: the watermark of each partition it saw.
+    pub(crate) fn watermarks(&self) -> Vec<(String, Vec<(u32, i64)>)> {
+        self.configs
+            .iter()
+            .zip(&self.operators)
+            .filter_map(|(c, op)| op.as_ref().map(|op| (c.id.clone(), op.watermarks())))
+            .filter(|(_, w)| !w.is_empty())
+            .collect()
+    }
+
+    /// The fingerprint of every stateful operator.
+    pub(crate) fn fingerprints(&self) -> BTreeMap<String, String> {
+        self.configs
+            .iter()
+            .filter_map(|c| Some((c.id.clone(), c.fingerprint()?)))
+            .collect()
+    }
+
+    /// Gauges per operator.
+    pub(crate) fn stats(&self) -> Vec<(String, OperatorStats)> {
+        self.configs
+            .iter()
+            .zip(&self.operators)
+            .filter_map(|(c, op)| Some((c.id.clone(), op.as_ref()?.stats())))
+            .collect()
+    }
+
+    /// Keys and bytes of the state store.
+    pub(crate) fn state_size(&self) -> Option<(u64, u64)> {
+        self.state.as_ref().map(StateStore::size)
+    }
+}

@@ -1,0 +1,421 @@
+//! `floe-state`: keyed operator state in RocksDB — the working copy of every stateful
+//! operator's state in one process, kept per **source partition**, with the changes of each
+//! checkpoint ready to be committed with the data.
+//!
+//! * **Layout.** One RocksDB per job process (wiped when it opens: the durable copy is the
+//!   job's state table in Iceberg, see `floe-runtime`). A key is
+//!   `[partition: u32][operator: u16][operator's key]`, big-endian, so one partition's state
+//!   is one key range: dropped or restored as a unit when Kafka moves the partition.
+//! * **Changes per epoch.** Every write also records its new value (or its deletion) in a
+//!   second column family under the current *epoch*; [`StateStore::seal`] closes the epoch at
+//!   a checkpoint barrier and [`StateStore::changes`] reads exactly what changed in it — the
+//!   cost of a checkpoint grows with the keys changed, not the state held. Reading an epoch
+//!   does not block writes of the next one. [`StateStore::release`] forgets epochs once they
+//!   are committed.
+//! * **Bigger than memory.** RocksDB keeps what does not fit on local disk; the memory budget
+//!   is split between its block cache and its memtables. The write-ahead log is off: a crash
+//!   loses the local copy, never the committed state.
+//!
+//! The operator's key bytes are the operator's own; this crate only orders them.
+
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options,
+    ReadOptions, WriteBatch, WriteBufferManager, WriteOptions,
+};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+const STATE: &str = "state";
+const CHANGES: &str = "changes";
+
+/// A state failure (the local RocksDB).
+#[derive(Debug, thiserror::Error)]
+#[error("operator state: {0}")]
+pub struct StateError(String);
+
+impl From<rocksdb::Error> for StateError {
+    fn from(e: rocksdb::Error) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// The result type of this crate.
+pub type StateResult<T> = Result<T, StateError>;
+
+/// One key changed in an epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The operator (its index in the job).
+    pub operator: u16,
+    /// The source partition (the job's index).
+    pub partition: u32,
+    /// The operator's key.
+    pub key: Vec<u8>,
+    /// The new value; `None` when deleted.
+    pub value: Option<Vec<u8>>,
+}
+
+/// The state of every stateful operator of a job process.
+pub struct StateStore {
+    db: DB,
+    dir: PathBuf,
+    epoch: u64,
+    write: WriteOptions,
+}
+
+impl std::fmt::Debug for StateStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateStore")
+            .field("dir", &self.dir)
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+fn prefix(partition: u32, operator: u16) -> [u8; 6] {
+    let mut p = [0u8; 6];
+    p[..4].copy_from_slice(&partition.to_be_bytes());
+    p[4..].copy_from_slice(&operator.to_be_bytes());
+    p
+}
+
+fn state_key(partition: u32, operator: u16, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(6 + key.len());
+    k.extend_from_slice(&prefix(partition, operator));
+    k.extend_from_slice(key);
+    k
+}
+
+fn change_key(epoch: u64, partition: u32, operator: u16, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(14 + key.len());
+    k.extend_from_slice(&epoch.to_be_bytes());
+    k.extend_from_slice(&prefix(partition, operator));
+    k.extend_from_slice(key);
+    k
+}
+
+/// The smallest key after every key starting with `prefix` (`None`: no such key).
+fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+impl StateStore {
+    /// Opens an empty store in `dir` (anything there is removed first) with about
+    /// `memory` bytes for caches and write buffers.
+    pub fn open(dir: &Path, memory: usize) -> StateResult<Self> {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)
+                .map_err(|e| StateError(format!("cannot clear {}: {e}", dir.display())))?;
+        }
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StateError(format!("cannot create {}: {e}", dir.display())))?;
+        let memory = memory.max(8 << 20);
+        let cache = Cache::new_lru_cache(memory / 2);
+        let buffers = WriteBufferManager::new_write_buffer_manager_with_cache(
+            memory / 2,
+            true,
+            cache.clone(),
+        );
+        let cf_options = || {
+            let mut o = Options::default();
+            let mut table = BlockBasedOptions::default();
+            table.set_block_cache(&cache);
+            table.set_cache_index_and_filter_blocks(true);
+            table.set_bloom_filter(10.0, false);
+            o.set_block_based_table_factory(&table);
+            o.set_compression_type(rocksdb::DBCompressionType::Lz4);
+            o.set_write_buffer_size((memory / 8).clamp(1 << 20, 64 << 20));
+            o.set_max_write_buffer_number(3);
+            o
+        };
+        let mut options = cf_options();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        options.set_write_buffer_manager(&buffers);
+        options.set_max_background_jobs(2);
+        options.set_keep_log_file_num(2);
+        let db = DB::open_cf_descriptors(
+            &options,
+            dir,
+            [
+                ColumnFamilyDescriptor::new(STATE, cf_options()),
+                ColumnFamilyDescriptor::new(CHANGES, cf_options()),
+            ],
+        )?;
+        let mut write = WriteOptions::default();
+        write.disable_wal(true);
+        Ok(Self {
+            db,
+            dir: dir.to_path_buf(),
+            epoch: 1,
+            write,
+        })
+    }
+
+    fn cf(&self, name: &str) -> StateResult<&rocksdb::ColumnFamily> {
+        self.db
+            .cf_handle(name)
+            .ok_or_else(|| StateError(format!("no column family {name}")))
+    }
+
+    /// The epoch writes go to now.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// A key's value.
+    pub fn get(&self, operator: u16, partition: u32, key: &[u8]) -> StateResult<Option<Vec<u8>>> {
+        Ok(self
+            .db
+            .get_cf(&self.cf(STATE)?, state_key(partition, operator, key))?)
+    }
+
+    /// Sets a key (recorded as a change of the current epoch).
+    pub fn put(
+        &mut self,
+        operator: u16,
+        partition: u32,
+        key: &[u8],
+        value: &[u8],
+    ) -> StateResult<()> {
+        let mut batch = WriteBatch::default();
+        batch.put_cf(self.cf(STATE)?, state_key(partition, operator, key), value);
+        let mut recorded = Vec::with_capacity(value.len() + 1);
+        recorded.push(1);
+        recorded.extend_from_slice(value);
+        batch.put_cf(
+            self.cf(CHANGES)?,
+            change_key(self.epoch, partition, operator, key),
+            recorded,
+        );
+        Ok(self.db.write_opt(batch, &self.write)?)
+    }
+
+    /// Removes a key (recorded as a change of the current epoch).
+    pub fn delete(&mut self, operator: u16, partition: u32, key: &[u8]) -> StateResult<()> {
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(self.cf(STATE)?, state_key(partition, operator, key));
+        batch.put_cf(
+            self.cf(CHANGES)?,
+            change_key(self.epoch, partition, operator, key),
+            [0u8],
+        );
+        Ok(self.db.write_opt(batch, &self.write)?)
+    }
+
+    /// Sets a key without recording a change (restoring committed state).
+    pub fn load(
+        &mut self,
+        operator: u16,
+        partition: u32,
+        key: &[u8],
+        value: &[u8],
+    ) -> StateResult<()> {
+        Ok(self.db.put_cf_opt(
+            self.cf(STATE)?,
+            state_key(partition, operator, key),
+            value,
+            &self.write,
+        )?)
+    }
+
+    /// Calls `each(key, value)` for the operator's keys of a partition in `[from, to)`
+    /// (`to = None`: to the end), in key order, until it breaks.
+    pub fn scan(
+        &self,
+        operator: u16,
+        partition: u32,
+        from: &[u8],
+        to: Option<&[u8]>,
+        mut each: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> StateResult<()> {
+        let start = state_key(partition, operator, from);
+        let end = match to {
+            Some(to) => Some(state_key(partition, operator, to)),
+            None => prefix_end(&prefix(partition, operator)),
+        };
+        let mut read = ReadOptions::default();
+        if let Some(end) = end {
+            read.set_iterate_upper_bound(end);
+        }
+        let iter = self.db.iterator_cf_opt(
+            self.cf(STATE)?,
+            read,
+            IteratorMode::From(&start, Direction::Forward),
+        );
+        for item in iter {
+            let (key, value) = item?;
+            if each(&key[6..], &value).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the current epoch (a checkpoint barrier) and returns it; later writes belong
+    /// to the next one.
+    pub fn seal(&mut self) -> u64 {
+        self.epoch += 1;
+        self.epoch - 1
+    }
+
+    /// Calls `each` for every key changed in `epoch` (its last value), in key order.
+    pub fn changes(&self, epoch: u64, mut each: impl FnMut(Change)) -> StateResult<()> {
+        let from = epoch.to_be_bytes();
+        let mut read = ReadOptions::default();
+        read.set_iterate_upper_bound((epoch + 1).to_be_bytes().to_vec());
+        let iter = self.db.iterator_cf_opt(
+            self.cf(CHANGES)?,
+            read,
+            IteratorMode::From(&from, Direction::Forward),
+        );
+        for item in iter {
+            let (key, value) = item?;
+            let partition = u32::from_be_bytes(key[8..12].try_into().expect("4 bytes"));
+            let operator = u16::from_be_bytes(key[12..14].try_into().expect("2 bytes"));
+            each(Change {
+                operator,
+                partition,
+                key: key[14..].to_vec(),
+                value: (value.first() == Some(&1)).then(|| value[1..].to_vec()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Forgets the changes of every epoch up to `epoch` (they are committed).
+    pub fn release(&mut self, epoch: u64) -> StateResult<()> {
+        let cf = self.cf(CHANGES)?;
+        self.db
+            .delete_range_cf(cf, 0u64.to_be_bytes(), (epoch + 1).to_be_bytes())?;
+        Ok(())
+    }
+
+    /// Forgets a partition's state of every operator (and its unreleased changes stay, to be
+    /// dropped with their epochs).
+    pub fn drop_partition(&mut self, partition: u32) -> StateResult<()> {
+        let cf = self.cf(STATE)?;
+        let from = partition.to_be_bytes().to_vec();
+        match prefix_end(&from) {
+            Some(to) => self.db.delete_range_cf(cf, from, to)?,
+            None => self.db.delete_range_cf(cf, from, vec![0xff; 8])?,
+        }
+        Ok(())
+    }
+
+    /// Forgets everything: state and changes of every epoch.
+    pub fn clear(&mut self) -> StateResult<()> {
+        for name in [STATE, CHANGES] {
+            let cf = self.cf(name)?;
+            self.db
+                .delete_range_cf(cf, Vec::<u8>::new(), vec![0xff; 16])?;
+        }
+        Ok(())
+    }
+
+    /// RocksDB's estimates: keys held, and bytes of live data (on disk and in memtables).
+    pub fn size(&self) -> (u64, u64) {
+        let Ok(cf) = self.cf(STATE) else {
+            return (0, 0);
+        };
+        let number = |name: &str| {
+            self.db
+                .property_int_value_cf(cf, name)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        };
+        (
+            number("rocksdb.estimate-num-keys"),
+            number("rocksdb.estimate-live-data-size") + number("rocksdb.cur-size-all-mem-tables"),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(tag: &str) -> StateStore {
+        let dir = std::env::temp_dir().join(format!("floe-state-{tag}-{}", std::process::id()));
+        StateStore::open(&dir, 16 << 20).unwrap()
+    }
+
+    fn keys(s: &StateStore, op: u16, p: u32, from: &[u8], to: Option<&[u8]>) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        s.scan(op, p, from, to, |k, _| {
+            out.push(k.to_vec());
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn partitions_and_operators_keep_apart_and_scan_in_order() {
+        let mut s = store("scan");
+        s.put(1, 7, b"b", b"2").unwrap();
+        s.put(1, 7, b"a", b"1").unwrap();
+        s.put(1, 7, b"c", b"3").unwrap();
+        s.put(2, 7, b"a", b"other operator").unwrap();
+        s.put(1, 8, b"a", b"other partition").unwrap();
+        assert_eq!(s.get(1, 7, b"a").unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(keys(&s, 1, 7, b"", None), [b"a", b"b", b"c"]);
+        assert_eq!(keys(&s, 1, 7, b"b", Some(b"c")), [b"b"]);
+        s.drop_partition(7).unwrap();
+        assert!(keys(&s, 1, 7, b"", None).is_empty());
+        assert_eq!(
+            s.get(1, 8, b"a").unwrap().as_deref(),
+            Some(&b"other partition"[..])
+        );
+    }
+
+    #[test]
+    fn each_epoch_holds_the_last_change_of_each_key() {
+        let mut s = store("epochs");
+        s.load(1, 0, b"old", b"restored").unwrap();
+        s.put(1, 0, b"k", b"v1").unwrap();
+        s.put(1, 0, b"k", b"v2").unwrap();
+        s.put(1, 0, b"gone", b"x").unwrap();
+        s.delete(1, 0, b"gone").unwrap();
+        let first = s.seal();
+        s.put(1, 0, b"k", b"v3").unwrap();
+        let mut changes = Vec::new();
+        s.changes(first, |c| changes.push(c)).unwrap();
+        assert_eq!(
+            changes,
+            vec![
+                Change {
+                    operator: 1,
+                    partition: 0,
+                    key: b"gone".to_vec(),
+                    value: None
+                },
+                Change {
+                    operator: 1,
+                    partition: 0,
+                    key: b"k".to_vec(),
+                    value: Some(b"v2".to_vec())
+                },
+            ]
+        );
+        s.release(first).unwrap();
+        let mut after = 0;
+        s.changes(first, |_| after += 1).unwrap();
+        assert_eq!(after, 0);
+        let mut next = Vec::new();
+        let second = s.seal();
+        s.changes(second, |c| next.push(c.value)).unwrap();
+        assert_eq!(next, vec![Some(b"v3".to_vec())]);
+        s.clear().unwrap();
+        assert_eq!(s.get(1, 0, b"k").unwrap(), None);
+        assert_eq!(s.get(1, 0, b"old").unwrap(), None);
+    }
+}
