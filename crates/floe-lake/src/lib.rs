@@ -8,7 +8,8 @@
 //!   equality deletes and position deletes in one snapshot, sharing one sequence number);
 //! * [`writer`] — partitioned data writers, equality-delete and position-delete writers;
 //! * [`marker`] — `floe.*` commit markers and the ancestry walk that finds them again;
-//! * [`tables`] — a writer's tables: created on first use, evolved by name, batches conformed.
+//! * [`tables`] — a writer's tables: created on first use, evolved by name, batches conformed;
+//! * [`savepoint`] — named, retained checkpoints of a job as tags, and rewinding to one.
 //!
 //! Iceberg is the truth: a commit's marker rides in its own snapshot, and after a crash or an
 //! unknown outcome the caller reloads and walks the history before deciding to re-commit.
@@ -21,6 +22,7 @@ pub mod marker;
 pub mod orphans;
 pub mod rest;
 pub mod rewrite;
+pub mod savepoint;
 pub mod snapshot;
 pub mod tables;
 pub mod writer;

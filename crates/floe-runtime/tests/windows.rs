@@ -364,3 +364,78 @@ async fn windows_give_the_same_rows_through_crashes_lost_state_and_rebalances() 
     b.await.unwrap();
     assert_same("rebalanced", &run.finish().await, &want);
 }
+
+/// Rollup rows of partition `events/{partition}` in the `tumbling` table.
+async fn rollups_of(client: &CatalogClient, partition: usize) -> usize {
+    tables(client).await["tumbling"]
+        .iter()
+        .filter(|r| r.contains(&format!("source_partition=events/{partition} ")))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_partition_stops_holding_the_clock_with_idle_after() {
+    for idle in [true, false] {
+        let run = Run::new("win-idle").await;
+        assign(&run.broker, &[Some(0), Some(0)]);
+        // Partition 1 gets three rows early on, then nothing; partition 0 keeps going.
+        for (i, t) in [1_000i64, 2_000, 3_000].iter().enumerate() {
+            produce(&run.broker, 1, format!("k{i},{t}").into_bytes());
+        }
+        let extra = if idle {
+            "[streams.events]\nidle_after = \"300ms\"\n"
+        } else {
+            ""
+        };
+        let config = event_job(
+            "idle",
+            &run.catalog.uri(),
+            &run.dir.join("state"),
+            &format!(
+                "{extra}[[operators]]\nid = \"tumbling\"\nkind = \"window\"\ninput = \"events\"\n\
+                 window = {{ type = \"tumbling\", size = \"10s\" }}\nkey = [\"k\"]\n\
+                 aggregates = {{ n = \"count()\" }}\n"
+            ),
+        );
+        let reader = RecordReader::new(
+            MemorySource::new(&run.broker, 0, true),
+            EventFormat::default(),
+            None,
+        );
+        let stop = CancellationToken::new();
+        let (client, token) = (run.client.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            Job::open(config, client, reader, JobMetrics::new())
+                .await
+                .unwrap()
+                .run(token)
+                .await
+                .unwrap();
+        });
+        let began = Instant::now();
+        let mut t = 0i64;
+        while began.elapsed() < Duration::from_secs(4) {
+            t += 1_000;
+            produce(&run.broker, 0, format!("k,{t}").into_bytes());
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let moving = rollups_of(&run.client, 0).await;
+        let quiet = rollups_of(&run.client, 1).await;
+        stop.cancel();
+        task.await.unwrap();
+        run.finish().await;
+        assert!(moving > 5, "the busy partition's windows fire ({moving})");
+        if idle {
+            assert_eq!(
+                quiet, 3,
+                "the idle partition's window fired: one row per key"
+            );
+        } else {
+            assert_eq!(
+                quiet, 0,
+                "without idle_after the quiet partition holds its window open"
+            );
+        }
+    }
+}

@@ -419,3 +419,37 @@ mod tests {
         assert_eq!(s.get(1, 0, b"old").unwrap(), None);
     }
 }
+
+#[cfg(test)]
+mod bigger_than_memory {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_holds_the_keys_changed_not_the_state_held() {
+        let dir = std::env::temp_dir().join(format!("floe-state-big-{}", std::process::id()));
+        let budget = 8 << 20;
+        let mut s = StateStore::open(&dir, budget).unwrap();
+        let value = vec![7u8; 200];
+        for i in 0..300_000u32 {
+            s.put(1, i % 4, &i.to_be_bytes(), &value).unwrap();
+        }
+        let first = s.seal();
+        let mut n = 0;
+        s.changes(first, |_| n += 1).unwrap();
+        assert_eq!(n, 300_000);
+        s.release(first).unwrap();
+        for i in (0..300_000u32).step_by(300) {
+            s.put(1, i % 4, &i.to_be_bytes(), &[1]).unwrap();
+        }
+        let second = s.seal();
+        let mut changed = 0;
+        s.changes(second, |_| changed += 1).unwrap();
+        assert_eq!(
+            changed, 1_000,
+            "only the keys changed since the last barrier"
+        );
+        assert_eq!(s.get(1, 0, &0u32.to_be_bytes()).unwrap(), Some(vec![1]));
+        assert_eq!(s.get(1, 1, &1u32.to_be_bytes()).unwrap(), Some(value));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -16,11 +16,14 @@ use clap::{Parser, Subcommand};
 use floe_cdc::postgres::PostgresSource;
 use floe_kafka::KafkaSource;
 use floe_lake::rest::{CatalogClient, CatalogSettings};
+use floe_lake::savepoint;
 use floe_otlp::{GeneratorSource, OtlpFormat};
-use floe_runtime::{Job, JobConfig, JobMetrics, RecordReader, RunSummary};
+use floe_runtime::job::SourceSection;
+use floe_runtime::{Job, JobConfig, JobMetrics, RecordReader, RunOptions, RunSummary};
 use source::{KafkaFormat, RawSource, SourceConfig};
 use tokio_util::sync::CancellationToken;
 
+mod graph;
 mod source;
 
 // Decoding allocates many small objects; mimalloc roughly doubles prost's decoding rate over
@@ -47,12 +50,34 @@ enum Command {
     Run {
         /// The job file.
         job: PathBuf,
+        /// Go back to this savepoint first: the job's tables return to it, and the job reads
+        /// again from its positions with its state (`floe savepoint`).
+        #[arg(long, value_name = "NAME")]
+        from_savepoint: Option<String>,
+        /// Drop the committed state of this stateful operator, which the job file removed or
+        /// changed incompatibly (repeatable).
+        #[arg(long, value_name = "ID")]
+        allow_state_reset: Vec<String>,
     },
-    /// Check job files without running them.
+    /// Check job files without running them, and show each one's pipeline.
     Validate {
         /// Job files.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+    },
+    /// Keep the job's newest checkpoint as a named savepoint (or list or delete them).
+    Savepoint {
+        /// The job file.
+        job: PathBuf,
+        /// The savepoint's name.
+        #[arg(required_unless_present = "list")]
+        name: Option<String>,
+        /// List the job's savepoints.
+        #[arg(long, conflicts_with = "delete")]
+        list: bool,
+        /// Delete the savepoint.
+        #[arg(long)]
+        delete: bool,
     },
     /// Generated OpenTelemetry data into Iceberg, with no services; then query it with DuckDB.
     Quickstart {
@@ -69,8 +94,10 @@ fn load(path: &Path) -> Result<(JobConfig, SourceConfig), floe_config::ConfigErr
     JobConfig::load::<RawSource>(path)
 }
 
-/// Runs a validated job; returns what it did and, for an embedded catalog, its warehouse.
-async fn run(config: JobConfig, source: SourceConfig) -> anyhow::Result<RunSummary> {
+/// The job's catalog: a client of it, and the catalog itself when it runs in this process.
+async fn catalog(
+    config: &JobConfig,
+) -> anyhow::Result<(Option<floe_catalog::RunningCatalog>, CatalogClient)> {
     std::fs::create_dir_all(&config.state_dir)
         .with_context(|| format!("cannot create {}", config.state_dir.display()))?;
     let embedded = match &config.catalog.embedded {
@@ -117,6 +144,42 @@ async fn run(config: JobConfig, source: SourceConfig) -> anyhow::Result<RunSumma
     })
     .await
     .context("cannot reach the catalog")?;
+    Ok((embedded, client))
+}
+
+/// Opens and runs a job on `reader`.
+async fn drive<R: floe_core::Reader>(
+    config: JobConfig,
+    client: CatalogClient,
+    reader: R,
+    metrics: JobMetrics,
+    options: &RunOptions,
+    shutdown: CancellationToken,
+) -> anyhow::Result<RunSummary> {
+    Ok(
+        Job::open_with(config, client, reader, metrics, options.clone())
+            .await?
+            .run(shutdown)
+            .await?,
+    )
+}
+
+/// Runs a validated job; returns what it did.
+async fn run(
+    config: JobConfig,
+    source: SourceConfig,
+    options: RunOptions,
+    from_savepoint: Option<String>,
+) -> anyhow::Result<RunSummary> {
+    let (embedded, client) = catalog(&config).await?;
+    if let Some(name) = &from_savepoint {
+        let anchor = savepoint::ident(&config.catalog.namespace, &config.dead_letter_table);
+        let rewound = savepoint::rewind(&client, &anchor, &config.name, name).await?;
+        for (table, snapshots) in &rewound.tables {
+            tracing::warn!(%table, snapshots, savepoint = %name, "table back at the savepoint");
+        }
+        tracing::info!(savepoint = %name, tables = rewound.tables.len(), "resuming from the savepoint");
+    }
 
     let metrics = JobMetrics::new();
     if let Some(listen) = &config.metrics_listen {
@@ -139,41 +202,72 @@ async fn run(config: JobConfig, source: SourceConfig) -> anyhow::Result<RunSumma
             match format {
                 KafkaFormat::DebeziumJson => {
                     let reader = RecordReader::new(kafka, source::debezium(&config), bytes);
-                    Job::open(config, client, reader, metrics)
-                        .await?
-                        .run(shutdown)
-                        .await?
+                    drive(config, client, reader, metrics, &options, shutdown).await?
                 }
                 KafkaFormat::Otlp(signals) => {
                     let reader = RecordReader::new(kafka, OtlpFormat::new(signals), bytes);
-                    Job::open(config, client, reader, metrics)
-                        .await?
-                        .run(shutdown)
-                        .await?
+                    drive(config, client, reader, metrics, &options, shutdown).await?
                 }
             }
         }
         SourceConfig::Generator(g) => {
             let generator = GeneratorSource::new(g.seed, g.requests_per_second, g.duration);
             let reader = RecordReader::new(generator, OtlpFormat::new(HashMap::new()), bytes);
-            Job::open(config, client, reader, metrics)
-                .await?
-                .run(shutdown)
-                .await?
+            drive(config, client, reader, metrics, &options, shutdown).await?
         }
         SourceConfig::Postgres(mut p) => {
             p.table_names = source::table_names(&config);
             let reader = PostgresSource::connect(p).await?;
-            Job::open(config, client, reader, metrics)
-                .await?
-                .run(shutdown)
-                .await?
+            drive(config, client, reader, metrics, &options, shutdown).await?
         }
     };
     if let Some(running) = embedded {
         running.stop().await?;
     }
     Ok(summary)
+}
+
+/// `floe savepoint`: take, list or delete savepoints of a job.
+async fn savepoints(
+    config: &JobConfig,
+    name: Option<&str>,
+    list: bool,
+    delete: bool,
+) -> anyhow::Result<()> {
+    let (embedded, client) = catalog(config).await?;
+    let anchor = savepoint::ident(&config.catalog.namespace, &config.dead_letter_table);
+    let job = &config.name;
+    if list {
+        for sp in savepoint::list(&client, &anchor, job).await? {
+            let at = sp.marker.as_ref().map_or(0, |m| m.checkpoint_id);
+            println!(
+                "{}	snapshot {}	checkpoint {at}	{} ms",
+                sp.name, sp.snapshot_id, sp.timestamp_ms
+            );
+        }
+    } else if let Some(name) = name {
+        if delete {
+            let n = savepoint::delete(&client, &anchor, job, name).await?;
+            println!("savepoint {name} of job {job} deleted from {n} tables");
+        } else {
+            let sp = savepoint::create(&client, &anchor, job, name).await?;
+            println!(
+                "savepoint {name} of job {job}: checkpoint {} of writer {}, {} tables tagged {}",
+                sp.marker.as_ref().map_or(0, |m| m.checkpoint_id),
+                sp.marker
+                    .as_ref()
+                    .and_then(|m| m.writer.clone())
+                    .unwrap_or_default(),
+                sp.tables.len(),
+                savepoint::tag(job, name)
+            );
+            println!("resume with: floe run JOB.toml --from-savepoint {name}");
+        }
+    }
+    if let Some(running) = embedded {
+        running.stop().await?;
+    }
+    Ok(())
 }
 
 fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
@@ -233,7 +327,7 @@ async fn quickstart(dir: &Path, duration: &str) -> anyhow::Result<()> {
         "floe quickstart: generating OpenTelemetry data for {duration} into {}/warehouse",
         dir.display()
     );
-    let summary = run(config, source).await?;
+    let summary = run(config, source, RunOptions::default(), None).await?;
     let warehouse = absolute(&dir.join("warehouse"))?;
     println!(
         "\n{} checkpoints committed; rows: {}",
@@ -277,7 +371,10 @@ async fn main() -> ExitCode {
             let mut failed = false;
             for file in &files {
                 match load(file) {
-                    Ok(_) => println!("{}: ok", file.display()),
+                    Ok((config, source)) => {
+                        println!("{}: ok", file.display());
+                        print!("{}", graph::describe(&config, &RawSource::streams(&source)));
+                    }
                     Err(errors) => {
                         failed = true;
                         eprintln!("{errors}");
@@ -290,10 +387,31 @@ async fn main() -> ExitCode {
                 ExitCode::SUCCESS
             };
         }
-        Command::Run { job } => match load(&job) {
-            Ok((config, source)) => run(config, source).await.map(|summary| {
-                tracing::info!(?summary, "job stopped");
-            }),
+        Command::Run {
+            job,
+            from_savepoint,
+            allow_state_reset,
+        } => match load(&job) {
+            Ok((config, source)) => {
+                let options = RunOptions { allow_state_reset };
+                run(config, source, options, from_savepoint)
+                    .await
+                    .map(|summary| {
+                        tracing::info!(?summary, "job stopped");
+                    })
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                return ExitCode::from(2);
+            }
+        },
+        Command::Savepoint {
+            job,
+            name,
+            list,
+            delete,
+        } => match load(&job) {
+            Ok((config, _)) => savepoints(&config, name.as_deref(), list, delete).await,
             Err(errors) => {
                 eprintln!("{errors}");
                 return ExitCode::from(2);
