@@ -114,23 +114,21 @@ pub struct CompactionReport {
     pub manifests_merged: bool,
 }
 
+/// The live files of one partition of a table's default spec.
 #[derive(Default)]
-struct PartitionFiles {
-    partition: Option<Struct>,
-    data: Vec<DataFile>,
-    deletes: Vec<DataFile>,
+pub(crate) struct PartitionFiles {
+    pub(crate) partition: Option<Struct>,
+    pub(crate) data: Vec<DataFile>,
+    pub(crate) deletes: Vec<DataFile>,
     /// When the newest of its live files was committed (ms; 0 if no snapshot says).
-    newest_ms: i64,
+    pub(crate) newest_ms: i64,
 }
 
-/// Plans a compaction of the table's current snapshot.
-pub async fn plan_compaction(
+/// The live files of the table's current snapshot, per partition of its default spec (files
+/// of older specs are left alone).
+pub(crate) async fn live_files(
     table: &LoadedTable,
-    settings: &CompactionSettings,
-) -> LakeResult<Option<CompactionPlan>> {
-    let Some(start) = table.metadata.current_snapshot_id() else {
-        return Ok(None);
-    };
+) -> LakeResult<BTreeMap<String, PartitionFiles>> {
     let mut partitions: BTreeMap<String, PartitionFiles> = BTreeMap::new();
     for manifest in current_manifests(table).await? {
         if manifest.partition_spec_id != table.metadata.default_partition_spec_id() {
@@ -157,6 +155,18 @@ pub async fn plan_compaction(
             }
         }
     }
+    Ok(partitions)
+}
+
+/// Plans a compaction of the table's current snapshot.
+pub async fn plan_compaction(
+    table: &LoadedTable,
+    settings: &CompactionSettings,
+) -> LakeResult<Option<CompactionPlan>> {
+    let Some(start) = table.metadata.current_snapshot_id() else {
+        return Ok(None);
+    };
+    let partitions = live_files(table).await?;
     let mut groups = Vec::new();
     let sealed_before = crate::state::now_ms()
         - i64::try_from(settings.sealed_after.as_millis()).unwrap_or(i64::MAX);
@@ -210,7 +220,7 @@ pub async fn plan_compaction(
 /// file has the current columns), the files are decoded directly with the table's Arrow schema;
 /// otherwise through iceberg's reader of the starting snapshot, which applies position and
 /// equality deletes and maps older files' columns by field id.
-async fn read_group(
+pub(crate) async fn read_group(
     table: &LoadedTable,
     start: i64,
     group: &PartitionGroup,

@@ -72,6 +72,7 @@ struct RawPolicy {
     expire: Option<RawExpire>,
     orphans: Option<RawOrphans>,
     manifests: Option<RawManifests>,
+    merge: Option<RawMerge>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,6 +126,13 @@ struct RawManifests {
     min_manifests: Option<Spanned<i64>>,
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMerge {
+    /// Cron schedule.
+    schedule: Spanned<String>,
+}
+
 /// A task with its schedule.
 #[derive(Debug, Clone)]
 pub struct Scheduled<T> {
@@ -147,6 +155,8 @@ pub struct Policy {
     pub orphans: Option<Scheduled<RemoveOrphans>>,
     /// Manifest merging.
     pub manifests: Option<Scheduled<RewriteManifests>>,
+    /// Merging the partials of closed windows (rollup tables; others have nothing to merge).
+    pub merge: Option<cron::Schedule>,
 }
 
 /// Expiry relative to the time of each run.
@@ -390,12 +400,14 @@ impl MaintenanceConfig {
                 };
                 schedule.map(|schedule| Scheduled { schedule, task })
             });
+            let merge = p.merge.as_ref().and_then(|r| schedule(&mut c, &r.schedule));
             policies.push(Policy {
                 tables,
                 compact,
                 expire,
                 orphans,
                 manifests,
+                merge,
             });
         }
         c.finish(|| Self {

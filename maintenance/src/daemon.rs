@@ -447,6 +447,9 @@ fn schedules(policy: &Policy) -> Vec<(Task, &cron::Schedule)> {
     if let Some(s) = &policy.manifests {
         out.push((Task::Manifests, &s.schedule));
     }
+    if let Some(s) = &policy.merge {
+        out.push((Task::Merge, s));
+    }
     out
 }
 

@@ -9,6 +9,7 @@
 pub mod compact;
 pub mod config;
 pub mod daemon;
+pub mod merge;
 pub mod metrics;
 pub mod state;
 pub mod tasks;

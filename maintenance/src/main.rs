@@ -56,6 +56,7 @@ enum TaskName {
     Expire,
     Orphans,
     Manifests,
+    Merge,
 }
 
 impl From<TaskName> for Task {
@@ -65,6 +66,7 @@ impl From<TaskName> for Task {
             TaskName::Expire => Task::Expire,
             TaskName::Orphans => Task::Orphans,
             TaskName::Manifests => Task::Manifests,
+            TaskName::Merge => Task::Merge,
         }
     }
 }

@@ -13,6 +13,7 @@ use floe_lake::snapshot::current_manifests;
 
 use crate::compact::{CompactionReport, compact, plan_compaction};
 use crate::config::Policy;
+use crate::merge::{merge, plan_merge};
 use crate::state::now_ms;
 
 /// A maintenance task.
@@ -26,6 +27,8 @@ pub enum Task {
     Orphans,
     /// Merge small manifests.
     Manifests,
+    /// Merge the partial rows of closed windows in a rollup table.
+    Merge,
 }
 
 impl fmt::Display for Task {
@@ -35,6 +38,7 @@ impl fmt::Display for Task {
             Task::Expire => "expire",
             Task::Orphans => "orphans",
             Task::Manifests => "manifests",
+            Task::Merge => "merge",
         })
     }
 }
@@ -48,6 +52,7 @@ impl std::str::FromStr for Task {
             "expire" => Task::Expire,
             "orphans" => Task::Orphans,
             "manifests" => Task::Manifests,
+            "merge" => Task::Merge,
             other => return Err(format!("unknown task {other:?}")),
         })
     }
@@ -186,6 +191,7 @@ pub async fn run_task(
                 ..TaskReport::default()
             })
         }
+        Task::Merge => merge_task(client, table, &loaded, dry_run).await,
         Task::Manifests => {
             let merge = policy
                 .and_then(|p| p.manifests.as_ref())
@@ -215,6 +221,56 @@ pub async fn run_task(
             }))
         }
     }
+}
+
+/// The merge task: plans on the current snapshot, then rewrites partition by partition.
+async fn merge_task(
+    client: &CatalogClient,
+    table: &iceberg::TableIdent,
+    loaded: &floe_lake::rest::LoadedTable,
+    dry_run: bool,
+) -> LakeResult<TaskReport> {
+    let Some(plan) = plan_merge(loaded).await? else {
+        return Ok(summary(format!(
+            "merge {table}: nothing to do (no rollup, or no watermark committed yet)"
+        )));
+    };
+    let closed = plan
+        .watermarks
+        .iter()
+        .map(|(p, w)| format!("{p} at {w}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if dry_run {
+        return Ok(summary(format!(
+            "merge {table}: would read {} partitions ({} data files) of job {}'s operator {} (watermarks {closed})",
+            plan.groups.len(),
+            plan.groups
+                .iter()
+                .map(|g| g.data_files.len())
+                .sum::<usize>(),
+            plan.job,
+            plan.rollup.operator,
+        )));
+    }
+    let report = merge(client, table, &plan).await?;
+    Ok(TaskReport {
+        summary: format!(
+            "merge {table}: {} partial rows merged into {} rows in {} partitions ({} unchanged, {} conflicted), {} data files and {} delete files replaced",
+            report.rows_merged,
+            report.rows_written,
+            report.partitions_committed,
+            report.partitions_unchanged,
+            report.partitions_conflicted,
+            report.files_rewritten,
+            report.delete_files_removed,
+        ),
+        files_rewritten: report.files_rewritten as u64,
+        files_written: report.files_written as u64,
+        delete_files_removed: report.delete_files_removed as u64,
+        groups_conflicted: report.partitions_conflicted as u64,
+        ..TaskReport::default()
+    })
 }
 
 fn summary(line: String) -> TaskReport {

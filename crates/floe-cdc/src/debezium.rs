@@ -717,6 +717,7 @@ impl Format for DebeziumFormat {
                 partition: Vec::new(),
                 bloom_filter_columns: Vec::new(),
                 plain_columns: Vec::new(),
+                properties: Vec::new(),
             })
             .collect()
     }

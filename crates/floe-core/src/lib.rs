@@ -9,6 +9,7 @@
 //!   them tagged with their source partitions ([`StreamBatch`]);
 //! * [`reader`] — a [`Reader`] is what feeds a job: records through a format, or a database's
 //!   change stream; it owns positions and says where a barrier may go;
+//! * [`rollup`] — what a window records in its rollup table for the maintenance merge;
 //! * [`error`] — [`SourceError`], the one error of all of them: whose fault, retryable or not.
 //!
 //! A new source implements [`Source`] (records) or [`Reader`] (rows); its configuration lives
@@ -17,6 +18,7 @@
 pub mod error;
 pub mod format;
 pub mod reader;
+pub mod rollup;
 pub mod source;
 pub mod stream;
 

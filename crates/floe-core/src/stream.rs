@@ -92,6 +92,9 @@ pub struct StreamSpec {
     /// Columns whose values rarely repeat (ids, nanosecond times): written without a
     /// dictionary.
     pub plain_columns: Vec<String>,
+    /// Table properties the stream's table must carry (set when it is created and kept
+    /// current at every start), e.g. a rollup's merge rules ([`crate::rollup`]).
+    pub properties: Vec<(String, String)>,
 }
 
 impl StreamSpec {
@@ -107,6 +110,7 @@ impl StreamSpec {
             partition: Vec::new(),
             bloom_filter_columns: Vec::new(),
             plain_columns: Vec::new(),
+            properties: Vec::new(),
         }
     }
 }

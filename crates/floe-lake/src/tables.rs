@@ -90,6 +90,8 @@ pub struct Wanted<'a> {
     pub partition: &'a [PartitionField],
     /// Properties of a new table.
     pub properties: &'a BTreeMap<String, String>,
+    /// Properties set on a new table and kept current on an existing one.
+    pub maintained: &'a BTreeMap<String, String>,
 }
 
 /// Loads the table, creating it if missing and adding the columns it lacks.
@@ -112,7 +114,36 @@ pub async fn ensure_table(
         },
         Err(e) => return Err(e),
     };
-    evolve(client, table, wanted.schema).await
+    let table = evolve(client, table, wanted.schema).await?;
+    keep_properties(client, table, wanted.maintained).await
+}
+
+/// Sets the properties of `maintained` the table lacks or holds other values of.
+async fn keep_properties(
+    client: &CatalogClient,
+    table: LoadedTable,
+    maintained: &BTreeMap<String, String>,
+) -> LakeResult<LoadedTable> {
+    let current = table.metadata.properties();
+    let updates: HashMap<String, String> = maintained
+        .iter()
+        .filter(|(k, v)| current.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if updates.is_empty() {
+        return Ok(table);
+    }
+    tracing::info!(table = %table.ident, properties = ?updates.keys().collect::<Vec<_>>(), "updating table properties");
+    client
+        .commit_table(&TableCommit {
+            ident: table.ident.clone(),
+            requirements: vec![TableRequirement::UuidMatch {
+                uuid: table.metadata.uuid(),
+            }],
+            updates: vec![TableUpdate::SetProperties { updates }],
+        })
+        .await?;
+    client.load_table(&table.ident).await
 }
 
 async fn create(
@@ -146,6 +177,7 @@ async fn create(
         ("write.metadata.previous-versions-max".into(), "100".into()),
     ]);
     properties.extend(wanted.properties.clone());
+    properties.extend(wanted.maintained.clone());
     tracing::info!(table = %ident, "creating table");
     client
         .create_table(

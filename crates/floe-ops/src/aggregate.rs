@@ -16,6 +16,7 @@
 //! doubles are exact up to the order of floating-point additions. Null values are skipped
 //! (`count()` counts rows, `count(c)` non-null values).
 
+use floe_core::rollup::MergeRule;
 use std::sync::Arc;
 
 use arrow_array::builder::{Float64Builder, Int64Builder, TimestampMicrosecondBuilder};
@@ -329,28 +330,40 @@ impl Bound {
         fields
     }
 
-    /// How the maintenance merge combines each of [`fields`](Self::fields): `sum`, `min`,
-    /// `max`, `hll`, `sketch`, or a value derived from the others after merging.
-    pub fn merges(&self) -> Vec<(String, String)> {
+    /// How the maintenance merge combines each of [`fields`](Self::fields).
+    pub fn merges(&self) -> Vec<(String, MergeRule)> {
         let name = &self.aggregate.name;
+        let part = |suffix: &str| format!("{name}_{suffix}");
         match &self.aggregate.kind {
             AggKind::Count | AggKind::CountColumn(_) | AggKind::Sum(_) => {
-                vec![(name.clone(), "sum".into())]
+                vec![(name.clone(), MergeRule::Sum)]
             }
-            AggKind::Min(_) => vec![(name.clone(), "min".into())],
-            AggKind::Max(_) => vec![(name.clone(), "max".into())],
+            AggKind::Min(_) => vec![(name.clone(), MergeRule::Min)],
+            AggKind::Max(_) => vec![(name.clone(), MergeRule::Max)],
             AggKind::Avg(_) => vec![
-                (name.clone(), format!("avg:{name}_sum:{name}_count")),
-                (format!("{name}_sum"), "sum".into()),
-                (format!("{name}_count"), "sum".into()),
+                (
+                    name.clone(),
+                    MergeRule::Avg {
+                        sum: part("sum"),
+                        count: part("count"),
+                    },
+                ),
+                (part("sum"), MergeRule::Sum),
+                (part("count"), MergeRule::Sum),
             ],
             AggKind::CountDistinct(_) => vec![
-                (name.clone(), format!("distinct:{name}_hll")),
-                (format!("{name}_hll"), "hll".into()),
+                (name.clone(), MergeRule::Distinct { hll: part("hll") }),
+                (part("hll"), MergeRule::Hll),
             ],
             AggKind::Quantile(_, q) => vec![
-                (name.clone(), format!("quantile:{name}_sketch:{q}")),
-                (format!("{name}_sketch"), "sketch".into()),
+                (
+                    name.clone(),
+                    MergeRule::Quantile {
+                        sketch: part("sketch"),
+                        q: *q,
+                    },
+                ),
+                (part("sketch"), MergeRule::Sketch),
             ],
         }
     }

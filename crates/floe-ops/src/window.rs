@@ -36,6 +36,7 @@ use std::time::Instant;
 use arrow_array::builder::{Int8Builder, StringBuilder, TimestampMicrosecondBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use floe_core::rollup::{MergeRule, RollupPlan};
 use floe_core::{OP_COLUMN, Op, StreamBatch, StreamSpec};
 
 use crate::aggregate::{Acc, Aggregate, Bound, Columns};
@@ -176,6 +177,25 @@ impl std::fmt::Debug for Window {
             .field("id", &self.spec.id)
             .field("partitions", &self.parts.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// How `floe-maintenance merge` combines each rollup column (recorded in the table's
+/// properties).
+fn rollup_plan(spec: &WindowSpec, bound: &[Bound]) -> RollupPlan {
+    let mut columns = vec![
+        ("window_start".to_string(), MergeRule::Group),
+        ("window_end".to_string(), MergeRule::Group),
+    ];
+    columns.extend(spec.key.iter().map(|k| (k.clone(), MergeRule::Group)));
+    columns.push(("source_partition".into(), MergeRule::Partition));
+    for b in bound {
+        columns.extend(b.merges());
+    }
+    RollupPlan {
+        operator: spec.id.clone(),
+        allowed_lateness: spec.allowed_lateness,
+        columns,
     }
 }
 
@@ -334,6 +354,7 @@ impl Window {
                 partition: vec![("window_start".into(), iceberg::spec::Transform::Day)],
                 bloom_filter_columns: Vec::new(),
                 plain_columns: Vec::new(),
+                properties: rollup_plan(&spec, &bound).to_properties(),
             },
             StreamSpec {
                 name: spec.late_output.clone(),
@@ -345,6 +366,7 @@ impl Window {
                 partition: input.partition.clone(),
                 bloom_filter_columns: Vec::new(),
                 plain_columns: Vec::new(),
+                properties: Vec::new(),
             },
         ];
         Ok(Self {
@@ -361,20 +383,6 @@ impl Window {
             late_rows: 0,
             spec,
         })
-    }
-
-    /// How the maintenance merge combines each rollup column (stored as a table property).
-    pub fn merge_plan(&self) -> Vec<(String, String)> {
-        let mut plan = vec![
-            ("window_start".to_string(), "window".to_string()),
-            ("window_end".to_string(), "window".to_string()),
-        ];
-        plan.extend(self.spec.key.iter().map(|k| (k.clone(), "key".to_string())));
-        plan.push(("source_partition".into(), "partition".into()));
-        for b in &self.bound {
-            plan.extend(b.merges());
-        }
-        plan
     }
 
     /// The operator's configuration.

@@ -51,6 +51,7 @@ impl Format for OtlpFormat {
                     _ => Vec::new(),
                 },
                 plain_columns: t.plain_columns().iter().map(|c| c.to_string()).collect(),
+                properties: Vec::new(),
             })
             .collect()
     }

@@ -35,6 +35,7 @@ pub(crate) async fn ensure_anchor(
             schema: &schema(),
             partition: &[PartitionField::day("ts")],
             properties: &options.to_table_properties(),
+            maintained: &Default::default(),
         },
     )
     .await?;

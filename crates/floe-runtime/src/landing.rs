@@ -40,6 +40,8 @@ pub(crate) struct Landing {
     pub(crate) name: String,
     pub(crate) partition: Vec<PartitionField>,
     pub(crate) properties: BTreeMap<String, String>,
+    /// Properties the stream's producer keeps current on the table.
+    pub(crate) maintained: BTreeMap<String, String>,
     pub(crate) options: WriterOptions,
     pub(crate) kind: SinkKind,
 }
@@ -90,6 +92,7 @@ impl Landing {
             name,
             partition,
             properties,
+            maintained: spec.properties.iter().cloned().collect(),
             options,
             kind: if spec.changelog {
                 SinkKind::Upsert(spec.key.clone())
@@ -114,6 +117,7 @@ impl Landing {
                 schema,
                 partition: &self.partition,
                 properties: &self.properties,
+                maintained: &self.maintained,
             },
         )
         .await

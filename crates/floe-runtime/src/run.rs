@@ -52,8 +52,7 @@ use crate::state_table;
 /// How often operators see processing time pass.
 const TICK: Duration = Duration::from_secs(1);
 
-/// The prefix of a watermark entry in a partition's positions: `"{partition}#wm:{operator}"`.
-pub const WATERMARK: &str = "#wm:";
+pub use floe_core::rollup::WATERMARK;
 
 /// Settings of a run beyond the job file.
 #[derive(Debug, Clone, Default)]

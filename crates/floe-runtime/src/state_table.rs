@@ -66,6 +66,7 @@ pub(crate) fn spec(table: &str) -> StreamSpec {
         ],
         bloom_filter_columns: Vec::new(),
         plain_columns: vec!["key".into(), "value".into()],
+        properties: Vec::new(),
     }
 }
 

@@ -155,6 +155,7 @@ async fn main() {
             schema: spec.schema.as_ref().unwrap(),
             partition: &[PartitionField::day("ts")],
             properties: &options.to_table_properties(),
+            maintained: &Default::default(),
         },
     )
     .await

@@ -421,9 +421,15 @@ async fn compaction_and_expiry_while_the_job_commits_and_dies_lose_nothing() {
     let mut child = spawn_floe(&job, &f.log());
     let mut rng = rand::rng();
     let (mut compacted, mut expired) = (0, 0);
-    for round in 0..rounds as u64 {
+    // Every round first lets the job commit what it was given (so the tables always hold
+    // small files and old snapshots to work on — a restarted consumer may take longer than
+    // any fixed sleep to rejoin), then hands it a new round and runs maintenance while the
+    // job is committing that one.
+    f.produce_round(0).await;
+    for round in 1..=rounds as u64 {
+        f.wait_caught_up().await;
         f.produce_round(round).await;
-        tokio::time::sleep(Duration::from_millis(rng.random_range(1000..2500))).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(0..1500))).await;
         for table in ["otel_spans", "otel_logs", "floe_dead_letters"] {
             let ident = iceberg::TableIdent::from_strs(["chaos", table]).unwrap();
             let policy = config.policy_for(&format!("chaos.{table}"));
@@ -450,7 +456,7 @@ async fn compaction_and_expiry_while_the_job_commits_and_dies_lose_nothing() {
         child.wait().unwrap();
         child = spawn_floe(&job, &f.log());
     }
-    f.produce_round(rounds as u64).await;
+    f.produce_round(rounds as u64 + 1).await;
     f.wait_caught_up().await;
     terminate(child);
     f.verify().await;

@@ -755,6 +755,7 @@ impl Reader for PostgresSource {
                 partition: Vec::new(),
                 bloom_filter_columns: Vec::new(),
                 plain_columns: Vec::new(),
+                properties: Vec::new(),
             })
             .collect()
     }
