@@ -152,7 +152,7 @@ pub(crate) async fn read(
         return Ok(0);
     }
     let filter = Reference::new("partition").is_in(partitions.iter().map(Datum::string));
-    let stream = table
+    let mut stream = table
         .to_table()?
         .scan()
         .select(["operator", "partition", "key", "value"])
@@ -160,9 +160,9 @@ pub(crate) async fn read(
         .build()?
         .to_arrow()
         .await?;
-    let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(LakeError::from)?;
     let mut rows = 0;
-    for b in &batches {
+    // Batch by batch: a state bigger than memory is restored without holding it.
+    while let Some(b) = stream.try_next().await.map_err(LakeError::from)? {
         let bad = || LakeError::new(ErrorKind::Invalid, "the state table's columns changed");
         let operator = b
             .column_by_name("operator")

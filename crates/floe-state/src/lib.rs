@@ -127,7 +127,15 @@ impl StateStore {
             let mut o = Options::default();
             let mut table = BlockBasedOptions::default();
             table.set_block_cache(&cache);
+            // Index and filter blocks live in the (bounded) cache, partitioned so a lookup
+            // loads only the small partition it needs, with the top level and L0's pinned:
+            // otherwise a state larger than the cache re-reads (and checksums and
+            // decompresses) whole filter blocks on every get.
             table.set_cache_index_and_filter_blocks(true);
+            table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
+            table.set_partition_filters(true);
+            table.set_pin_top_level_index_and_filter(true);
+            table.set_pin_l0_filter_and_index_blocks_in_cache(true);
             table.set_bloom_filter(10.0, false);
             o.set_block_based_table_factory(&table);
             o.set_compression_type(rocksdb::DBCompressionType::Lz4);

@@ -21,28 +21,27 @@
 //! skips (d), `FLOE_BENCH_SKIP_FLINK=1` skips (e). For (c) and (e) the CPU time of the process
 //! is read from `/proc` too, to compare spans per core-second.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use floe_core::position_of;
-use floe_lake::marker::newest_marker;
 use floe_lake::rest::CatalogClient;
-use floe_otlp::generate::Generator;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 use rdkafka::ClientConfig;
 use rdkafka::Message;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 mod common;
 
-use common::{connect, cpu_seconds, decode_traces, peak_rss_mib, release_bin, start_catalog};
+use common::{
+    committed, connect, cpu_seconds, decode_traces, peak_rss_mib, produce_spans, release_bin,
+    spans_job_file, start_catalog,
+};
 
 // The allocator the `floe` binary uses, so (b) measures the same code.
 #[global_allocator]
@@ -69,44 +68,6 @@ async fn total_records(client: &CatalogClient, namespace: &str, table: &str) -> 
         .unwrap_or(0)
 }
 
-async fn committed(client: &CatalogClient, job: &str) -> floe_core::Positions {
-    let anchor = iceberg::TableIdent::from_strs(["bench", "floe_dead_letters"]).unwrap();
-    client
-        .load_table(&anchor)
-        .await
-        .ok()
-        .and_then(|t| newest_marker(&t.metadata, job))
-        .map(|f| f.marker.positions)
-        .unwrap_or_default()
-}
-
-fn job_file(dir: &Path, name: &str, brokers: &str, topic: &str, uri: &str) -> PathBuf {
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            r#"version = 1
-name = "{name}"
-[source.kafka]
-brokers = "{brokers}"
-topics = ["{topic}"]
-group_id = "{name}-{}"
-signals = {{ "{topic}" = "traces" }}
-[catalog]
-uri = "{uri}"
-namespace = "bench"
-[checkpoint]
-interval = "10s"
-state_dir = "{}"
-"#,
-            uuid::Uuid::new_v4(),
-            dir.join(name).display()
-        ),
-    )
-    .unwrap();
-    path
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let (Ok(brokers), Ok(python)) = (
@@ -129,56 +90,15 @@ async fn main() {
     let topic = format!("bench_spans_{}", uuid::Uuid::new_v4().simple());
 
     // Produce.
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .create()
-        .unwrap();
-    for r in admin
-        .create_topics(
-            &[NewTopic::new(
-                &topic,
-                PARTITIONS,
-                TopicReplication::Fixed(1),
-            )],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap()
-    {
-        r.unwrap();
-    }
+    let payloads = produce_spans(&brokers, &topic, PARTITIONS, records, SPANS_PER_RECORD).await;
+    let bytes: usize = payloads.iter().map(Vec::len).sum();
+    // For the freshness phase.
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &brokers)
         .set("linger.ms", "20")
         .set("message.max.bytes", "10000000")
         .create()
         .unwrap();
-    let mut generator = Generator::new(3, 1_700_000_000_000_000_000);
-    let mut payloads = Vec::with_capacity(records);
-    for _ in 0..records {
-        let [traces, _] = generator.requests(SPANS_PER_RECORD / 5);
-        payloads.push(traces.bytes);
-    }
-    let bytes: usize = payloads.iter().map(Vec::len).sum();
-    let mut sends = Vec::new();
-    for (i, p) in payloads.iter().enumerate() {
-        sends.push(
-            producer.send(
-                FutureRecord::<(), [u8]>::to(&topic)
-                    .partition(i as i32 % PARTITIONS)
-                    .payload(p),
-                Duration::from_secs(30),
-            ),
-        );
-        if sends.len() >= 256 {
-            for s in sends.drain(..) {
-                s.await.map_err(|(e, _)| e).unwrap();
-            }
-        }
-    }
-    for s in sends {
-        s.await.map_err(|(e, _)| e).unwrap();
-    }
     println!(
         "produced {spans} spans in {records} records ({:.1} MiB of OTLP protobuf) on {PARTITIONS} partitions",
         bytes as f64 / 1048576.0
@@ -236,7 +156,7 @@ async fn main() {
     // (c) the full job.
     let catalog = start_catalog(&dir);
     let client = connect(&catalog).await;
-    let job = job_file(&dir, "floe", &brokers, &topic, &catalog.uri);
+    let job = spans_job_file(&dir, "floe", "bench", (&brokers, &topic), &catalog.uri, "");
     let began = Instant::now();
     let mut child = Command::new(release_bin("floe"))
         .args(["run", job.to_str().unwrap()])
@@ -247,7 +167,7 @@ async fn main() {
     // Records went round-robin: partition p holds every PARTITIONS-th one from p.
     let end = |p: i32| ((records as i64) + (PARTITIONS - 1 - p) as i64) / PARTITIONS as i64;
     loop {
-        let positions = committed(&client, "floe").await;
+        let positions = committed(&client, "bench", "floe").await;
         if (0..PARTITIONS).all(|p| position_of(&positions, &topic, p).unwrap_or(0) >= end(p)) {
             break;
         }
@@ -316,7 +236,7 @@ async fn main() {
             i += 1;
             next += Duration::from_millis(1000 / rate_records_per_s);
         }
-        let positions = committed(&client, "floe").await;
+        let positions = committed(&client, "bench", "floe").await;
         for (k, (p, o, at)) in sent.iter().enumerate() {
             if visible[k].is_none() && position_of(&positions, &topic, *p).unwrap_or(0) > *o {
                 visible[k] = Some(at.elapsed());
@@ -327,7 +247,7 @@ async fn main() {
     // Wait for the rest to land.
     let waited = Instant::now();
     while visible.iter().any(Option::is_none) && waited.elapsed() < Duration::from_secs(30) {
-        let positions = committed(&client, "floe").await;
+        let positions = committed(&client, "bench", "floe").await;
         for (k, (p, o, at)) in sent.iter().enumerate() {
             if visible[k].is_none() && position_of(&positions, &topic, *p).unwrap_or(0) > *o {
                 visible[k] = Some(at.elapsed());

@@ -122,3 +122,139 @@ pub(crate) fn decode_traces(
     }
     sink(format.take());
 }
+
+/// Creates `topic` with `partitions` and produces `records` OTLP traces records of
+/// `spans_per_record` spans each (the deterministic generator, seed 3), record `i` to
+/// partition `i % partitions`. Returns the payloads as produced.
+pub(crate) async fn produce_spans(
+    brokers: &str,
+    topic: &str,
+    partitions: i32,
+    records: usize,
+    spans_per_record: usize,
+) -> Vec<Vec<u8>> {
+    use rdkafka::ClientConfig;
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    for r in admin
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "20")
+        .set("message.max.bytes", "10000000")
+        .create()
+        .unwrap();
+    let mut generator = floe_otlp::generate::Generator::new(3, 1_700_000_000_000_000_000);
+    let payloads: Vec<Vec<u8>> = (0..records)
+        .map(|_| {
+            let [traces, _] = generator.requests(spans_per_record / 5);
+            traces.bytes
+        })
+        .collect();
+    let mut sends = Vec::new();
+    for (i, p) in payloads.iter().enumerate() {
+        sends.push(
+            producer.send(
+                FutureRecord::<(), [u8]>::to(topic)
+                    .partition(i as i32 % partitions)
+                    .payload(p),
+                Duration::from_secs(30),
+            ),
+        );
+        if sends.len() >= 256 {
+            for s in sends.drain(..) {
+                s.await.map_err(|(e, _)| e).unwrap();
+            }
+        }
+    }
+    for s in sends {
+        s.await.map_err(|(e, _)| e).unwrap();
+    }
+    payloads
+}
+
+/// The positions job `job` committed on its dead-letter anchor in `namespace`.
+pub(crate) async fn committed(
+    client: &floe_lake::rest::CatalogClient,
+    namespace: &str,
+    job: &str,
+) -> floe_core::Positions {
+    let anchor = iceberg::TableIdent::from_strs([namespace, "floe_dead_letters"]).unwrap();
+    client
+        .load_table(&anchor)
+        .await
+        .ok()
+        .and_then(|t| floe_lake::marker::newest_marker(&t.metadata, job))
+        .map(|f| f.marker.positions)
+        .unwrap_or_default()
+}
+
+/// Waits until job `job` in `namespace` committed `ends[p]` for every partition `p` of
+/// `topic`.
+pub(crate) async fn wait_committed(
+    client: &floe_lake::rest::CatalogClient,
+    namespace: &str,
+    job: &str,
+    topic: &str,
+    ends: &[i64],
+) {
+    loop {
+        let positions = committed(client, namespace, job).await;
+        if ends.iter().enumerate().all(|(p, end)| {
+            floe_core::position_of(&positions, topic, p as i32).unwrap_or(0) >= *end
+        }) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A job file `dir/{name}.toml` reading OTLP traces from `topic` into `namespace` of the
+/// catalog at `uri`, 10 s checkpoints, a new consumer group, then `extra` (operators, tables).
+pub(crate) fn spans_job_file(
+    dir: &Path,
+    name: &str,
+    namespace: &str,
+    (brokers, topic): (&str, &str),
+    uri: &str,
+    extra: &str,
+) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            r#"version = 1
+name = "{name}"
+[source.kafka]
+brokers = "{brokers}"
+topics = ["{topic}"]
+group_id = "{name}-{group}"
+signals = {{ "{topic}" = "traces" }}
+[catalog]
+uri = "{uri}"
+namespace = "{namespace}"
+[checkpoint]
+interval = "10s"
+state_dir = "{state}"
+{extra}"#,
+            group = uuid::Uuid::new_v4(),
+            state = dir.join(name).display()
+        ),
+    )
+    .unwrap();
+    path
+}

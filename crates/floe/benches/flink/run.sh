@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Runs the Apache Flink baseline of Floe's OTLP benchmark until killed:
-#   run.sh BROKERS TOPIC CATALOG_URI TABLE
+# Runs an Apache Flink baseline of Floe's benchmarks until killed:
+#   run.sh BROKERS TOPIC CATALOG_URI TABLE                     the OTLP job (benches/otlp.rs)
+#   run.sh --rollup BROKERS TOPIC CATALOG_URI TABLE GROUP      the windows rollup (benches/windows.rs)
 # Builds the jar first when it is missing or older than pom.xml or a source file;
 # `run.sh --build` only does that, so a harness can keep the build out of its timing.
 # Everything it prints goes to stderr.
 set -euo pipefail
 
 build_only=0
+main=floe.bench.FlinkOtlpBench
 if [ "$#" -eq 1 ] && [ "$1" = "--build" ]; then
   build_only=1
+elif [ "$#" -eq 6 ] && [ "$1" = "--rollup" ]; then
+  main=floe.bench.FlinkRollupBench
+  shift
 elif [ "$#" -ne 4 ]; then
-  echo "usage: $0 BROKERS TOPIC CATALOG_URI TABLE | $0 --build" >&2
+  echo "usage: $0 BROKERS TOPIC CATALOG_URI TABLE | $0 --rollup BROKERS TOPIC CATALOG_URI TABLE GROUP | $0 --build" >&2
   exit 2
 fi
 
@@ -59,4 +64,4 @@ java_opens=(
 )
 
 exec java "${java_opens[@]}" -Xmx1g ${FLOE_FLINK_JAVA_OPTS:-} \
-  -cp "$jar:$here/target/lib/*" floe.bench.FlinkOtlpBench "$@" 1>&2
+  -cp "$jar:$here/target/lib/*" "$main" "$@" 1>&2

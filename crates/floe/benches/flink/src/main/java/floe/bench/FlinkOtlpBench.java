@@ -101,23 +101,8 @@ public final class FlinkOtlpBench {
       }
     }
 
-    // Checkpoints and Flink's scratch files (such as the RPC jar it unpacks) go in one directory
-    // of this run's, removed when the JVM exits.
     Path work = Files.createTempDirectory("floe-flink-bench-");
-    Runtime.getRuntime().addShutdownHook(new Thread(() -> deleteTree(work)));
-    Path checkpoints = Files.createDirectory(work.resolve("checkpoints"));
-    Path scratch = Files.createDirectory(work.resolve("tmp"));
-    Configuration conf = new Configuration();
-    conf.set(CoreOptions.TMP_DIRS, scratch.toString());
-    conf.set(WebOptions.UPLOAD_DIR, scratch.toString());
-    conf.set(CheckpointingOptions.CHECKPOINT_STORAGE, "filesystem");
-    conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, checkpoints.toUri().toString());
-    StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(conf);
-    env.setParallelism(PARALLELISM);
-    env.enableCheckpointing(CHECKPOINT_INTERVAL_MS);
-    // The flatMap builds fresh rows for every span, so chained operators may hand them on
-    // without a defensive deep copy.
-    env.getConfig().enableObjectReuse();
+    StreamExecutionEnvironment env = localEnvironment(work, new Configuration());
 
     KafkaSource<KafkaValue> source =
         KafkaSource.<KafkaValue>builder()
@@ -141,8 +126,31 @@ public final class FlinkOtlpBench {
 
     System.err.printf(
         "flink-otlp-bench: %s/%s -> %s %s, checkpoints every %d ms in %s%n",
-        brokers, topic, catalogUri, id, CHECKPOINT_INTERVAL_MS, checkpoints);
+        brokers, topic, catalogUri, id, CHECKPOINT_INTERVAL_MS, work.resolve("checkpoints"));
     env.execute("floe-flink-otlp-bench");
+  }
+
+  /**
+   * A local MiniCluster of {@link #PARALLELISM} with checkpoints every
+   * {@link #CHECKPOINT_INTERVAL_MS} to {@code work/checkpoints}, Flink's scratch files (such as
+   * the RPC jar it unpacks) in {@code work/tmp}, {@code work} removed when the JVM exits, and
+   * object reuse on (the flatMaps build fresh rows for every span, so chained operators may
+   * hand them on without a defensive deep copy). {@code conf} adds settings.
+   */
+  static StreamExecutionEnvironment localEnvironment(Path work, Configuration conf)
+      throws java.io.IOException {
+    Runtime.getRuntime().addShutdownHook(new Thread(() -> deleteTree(work)));
+    Path checkpoints = Files.createDirectory(work.resolve("checkpoints"));
+    Path scratch = Files.createDirectory(work.resolve("tmp"));
+    conf.set(CoreOptions.TMP_DIRS, scratch.toString());
+    conf.set(WebOptions.UPLOAD_DIR, scratch.toString());
+    conf.set(CheckpointingOptions.CHECKPOINT_STORAGE, "filesystem");
+    conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, checkpoints.toUri().toString());
+    StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(conf);
+    env.setParallelism(PARALLELISM);
+    env.enableCheckpointing(CHECKPOINT_INTERVAL_MS);
+    env.getConfig().enableObjectReuse();
+    return env;
   }
 
   /** Best-effort removal of a directory tree. */
