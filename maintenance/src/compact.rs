@@ -400,6 +400,41 @@ fn sorted(
     arrow_select::take::take_record_batch(&batch, &indices).map_err(sort_error)
 }
 
+/// Replaces a partition group's data and delete files with `outputs` in one validated
+/// rewrite from `starting_snapshot_id`, the snapshot marked `floe.maintenance = task`.
+/// `Ok(false)`: a writer touched the partition meanwhile; nothing changed and `outputs` were
+/// deleted, so the group is planned again next run.
+pub(crate) async fn replace_group(
+    client: &CatalogClient,
+    table: &LoadedTable,
+    starting_snapshot_id: i64,
+    group: &PartitionGroup,
+    outputs: &[DataFile],
+    task: &str,
+) -> LakeResult<bool> {
+    let rewrite = Rewrite {
+        id: uuid::Uuid::new_v4(),
+        starting_snapshot_id,
+        removed_data_files: group.data_files.clone(),
+        removed_delete_files: group.delete_files.clone(),
+        added_data_files: outputs.to_vec(),
+        properties: [("floe.maintenance".to_string(), task.to_string())].into(),
+    };
+    match commit_operation(client, &table.ident, &rewrite, &RetryPolicy::default()).await {
+        Ok(_) => Ok(true),
+        Err(error) if error.kind() == ErrorKind::Conflict => {
+            tracing::warn!(table = %table.ident, %error, task, "the partition conflicted with a writer; it is planned again next run");
+            for file in outputs {
+                if let Err(error) = table.io.delete(file.file_path()).await {
+                    tracing::warn!(path = file.file_path(), %error, "could not delete an uncommitted output");
+                }
+            }
+            Ok(false)
+        }
+        Err(error) => Err(error),
+    }
+}
+
 /// Runs a plan: one validated rewrite per group; a group that conflicts is skipped (its new
 /// files deleted) and the others go on. `progress` sees the report after every group.
 pub async fn compact(
@@ -413,32 +448,23 @@ pub async fn compact(
     let table = client.load_table(ident).await?;
     for group in &plan.groups {
         let outputs = rewrite_group(&table, plan.starting_snapshot_id, group, settings).await?;
-        let rewrite = Rewrite {
-            id: uuid::Uuid::new_v4(),
-            starting_snapshot_id: plan.starting_snapshot_id,
-            removed_data_files: group.data_files.clone(),
-            removed_delete_files: group.delete_files.clone(),
-            added_data_files: outputs.clone(),
-            properties: [("floe.maintenance".to_string(), "compact".to_string())].into(),
-        };
-        match commit_operation(client, ident, &rewrite, &RetryPolicy::default()).await {
-            Ok(_) => {
-                report.groups_committed += 1;
-                report.files_rewritten += group.data_files.len();
-                report.files_written += outputs.len();
-                report.bytes_rewritten += group.bytes();
-                report.delete_files_removed += group.delete_files.len();
-            }
-            Err(error) if error.kind() == ErrorKind::Conflict => {
-                tracing::warn!(table = %ident, %error, "compaction group conflicted; it is planned again next run");
-                report.groups_conflicted += 1;
-                for file in &outputs {
-                    if let Err(error) = table.io.delete(file.file_path()).await {
-                        tracing::warn!(path = file.file_path(), %error, "could not delete an uncommitted output");
-                    }
-                }
-            }
-            Err(error) => return Err(error),
+        if replace_group(
+            client,
+            &table,
+            plan.starting_snapshot_id,
+            group,
+            &outputs,
+            "compact",
+        )
+        .await?
+        {
+            report.groups_committed += 1;
+            report.files_rewritten += group.data_files.len();
+            report.files_written += outputs.len();
+            report.bytes_rewritten += group.bytes();
+            report.delete_files_removed += group.delete_files.len();
+        } else {
+            report.groups_conflicted += 1;
         }
         progress(&report);
     }

@@ -33,10 +33,8 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, SchemaRef};
 use floe_core::rollup::{MERGED_PARTITION, MergeRule, RollupPlan};
-use floe_lake::commit::{RetryPolicy, commit_operation};
 use floe_lake::marker::{CommitMarker, JOB_ID};
 use floe_lake::rest::{CatalogClient, LoadedTable};
-use floe_lake::rewrite::Rewrite;
 use floe_lake::tables::conform;
 use floe_lake::writer::{DataWriter, WriterOptions};
 use floe_lake::{ErrorKind, LakeError, LakeResult};
@@ -46,7 +44,7 @@ use futures::TryStreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{DataFile, PrimitiveLiteral};
 
-use crate::compact::{PartitionGroup, live_files, read_group};
+use crate::compact::{PartitionGroup, live_files, read_group, replace_group};
 
 /// The file name prefix of the files this task writes.
 const PREFIX: &str = "merge";
@@ -216,33 +214,24 @@ pub async fn merge(
         let mut writer = DataWriter::data(&table, &options)?;
         writer.write(&merged.batch).await?;
         let outputs = writer.close().await?;
-        let rewrite = Rewrite {
-            id: uuid::Uuid::new_v4(),
-            starting_snapshot_id: plan.starting_snapshot_id,
-            removed_data_files: group.data_files.clone(),
-            removed_delete_files: group.delete_files.clone(),
-            added_data_files: outputs.clone(),
-            properties: [("floe.maintenance".to_string(), "merge".to_string())].into(),
-        };
-        match commit_operation(client, ident, &rewrite, &RetryPolicy::default()).await {
-            Ok(_) => {
-                report.partitions_committed += 1;
-                report.rows_merged += merged.replaced;
-                report.rows_written += merged.written;
-                report.files_rewritten += group.data_files.len();
-                report.files_written += outputs.len();
-                report.delete_files_removed += group.delete_files.len();
-            }
-            Err(error) if error.kind() == ErrorKind::Conflict => {
-                tracing::warn!(table = %ident, %error, "merge conflicted; the partition is planned again next run");
-                report.partitions_conflicted += 1;
-                for file in &outputs {
-                    if let Err(error) = table.io.delete(file.file_path()).await {
-                        tracing::warn!(path = file.file_path(), %error, "could not delete an uncommitted output");
-                    }
-                }
-            }
-            Err(error) => return Err(error),
+        if replace_group(
+            client,
+            &table,
+            plan.starting_snapshot_id,
+            group,
+            &outputs,
+            "merge",
+        )
+        .await?
+        {
+            report.partitions_committed += 1;
+            report.rows_merged += merged.replaced;
+            report.rows_written += merged.written;
+            report.files_rewritten += group.data_files.len();
+            report.files_written += outputs.len();
+            report.delete_files_removed += group.delete_files.len();
+        } else {
+            report.partitions_conflicted += 1;
         }
     }
     Ok(report)
