@@ -155,6 +155,19 @@ struct Session {
     accs: Vec<Acc>,
 }
 
+impl Session {
+    /// The session's row of `key` as a change `op` of the output.
+    fn rollup(&self, key: &[u8], op: Op) -> Rollup {
+        Rollup {
+            start: self.start,
+            end: self.end,
+            key: key.to_vec(),
+            accs: self.accs.clone(),
+            op,
+        }
+    }
+}
+
 /// The window operator.
 pub struct Window {
     spec: WindowSpec,
@@ -912,13 +925,7 @@ impl Window {
                 if s.start == merged.start {
                     replaces_emitted = true;
                 } else {
-                    produced.rollups.push(Rollup {
-                        start: s.start,
-                        end: s.end,
-                        key: key.to_vec(),
-                        accs: s.accs.clone(),
-                        op: Op::Delete,
-                    });
+                    produced.rollups.push(s.rollup(key, Op::Delete));
                 }
             }
         }
@@ -930,23 +937,11 @@ impl Window {
             } else {
                 Op::Insert
             };
-            produced.rollups.push(Rollup {
-                start: merged.start,
-                end: merged.end,
-                key: key.to_vec(),
-                accs: merged.accs.clone(),
-                op,
-            });
+            produced.rollups.push(merged.rollup(key, op));
         } else if replaces_emitted {
             // An emitted session grew past the watermark: retract it until the new end fires.
             if let Some(s) = absorbed.iter().find(|s| s.fired && s.start == merged.start) {
-                produced.rollups.push(Rollup {
-                    start: s.start,
-                    end: s.end,
-                    key: key.to_vec(),
-                    accs: s.accs.clone(),
-                    op: Op::Delete,
-                });
+                produced.rollups.push(s.rollup(key, Op::Delete));
             }
         }
         let timer = self.session_timer(&merged);
@@ -985,13 +980,7 @@ impl Window {
                         return false;
                     }
                     s.fired = true;
-                    out.push(Rollup {
-                        start: s.start,
-                        end: s.end,
-                        key: key.clone(),
-                        accs: s.accs.clone(),
-                        op: Op::Insert,
-                    });
+                    out.push(s.rollup(&key, Op::Insert));
                     timers.push(self.session_timer(s));
                     true
                 });
