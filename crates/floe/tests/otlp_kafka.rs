@@ -15,7 +15,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use floe_core::position_of;
-use floe_lake::marker::newest_marker;
 use floe_lake::rest::CatalogClient;
 use floe_otlp::generate::Generator;
 use floe_otlp::{Decoded, Signal, decode};
@@ -26,7 +25,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 mod support;
-use support::{kills, python, service, spawn_floe, start_catalog, temp_dir, terminate};
+use support::{
+    anchor_writers, committed, kills, python, service, spawn_floe, start_catalog, temp_dir,
+    terminate,
+};
 
 struct Produced {
     spans: u64,
@@ -222,17 +224,9 @@ state_dir = "{state}"
 
     /// Waits until the anchor's committed positions reach the end of every partition.
     async fn wait_caught_up(&self) {
-        let anchor = iceberg::TableIdent::from_strs(["chaos", "floe_dead_letters"]).unwrap();
         let began = Instant::now();
         loop {
-            let positions = self
-                .client
-                .load_table(&anchor)
-                .await
-                .ok()
-                .and_then(|t| newest_marker(&t.metadata, "chaos"))
-                .map(|f| f.marker.positions)
-                .unwrap_or_default();
+            let positions = committed(&self.client, "chaos", "chaos").await;
             let caught_up = self.produced.ends.iter().all(|(key, end)| {
                 let (topic, partition) = key.rsplit_once('/').unwrap();
                 position_of(&positions, topic, partition.parse().unwrap()) == Some(*end)
@@ -265,16 +259,7 @@ state_dir = "{state}"
                     .unwrap()
             }
         };
-        let anchor = self
-            .client
-            .load_table(&iceberg::TableIdent::from_strs(["chaos", "floe_dead_letters"]).unwrap())
-            .await
-            .unwrap();
-        let writers: std::collections::HashSet<&String> = anchor
-            .metadata
-            .snapshots()
-            .filter_map(|s| s.summary().additional_properties.get("floe.writer"))
-            .collect();
+        let writers = anchor_writers(&self.client, "chaos").await;
         let spans = location("otel_spans").await;
         let logs = location("otel_logs").await;
         let dead = location("floe_dead_letters").await;
@@ -299,7 +284,7 @@ state_dir = "{state}"
         assert_eq!(n[6], produced.bad);
         assert!(n[7] > 10, "dead letters say why");
         assert_eq!(n[8], produced.spans, "sampled values are well-formed");
-        writers.len()
+        writers
     }
 
     async fn finish(self) {

@@ -30,7 +30,6 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use floe_core::position_of;
-use floe_lake::marker::newest_marker;
 use floe_lake::rest::CatalogClient;
 use floe_otlp::generate::Generator;
 use rand::{Rng, SeedableRng};
@@ -40,7 +39,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 mod support;
-use support::{kills, python, service, spawn_floe, start_catalog, temp_dir, terminate};
+use support::{
+    anchor_writers, committed, kills, python, service, spawn_floe, start_catalog, temp_dir,
+    terminate,
+};
 
 const PARTITIONS: i32 = 4;
 /// Traces records in the input; each holds [`REQUESTS`] requests of five spans.
@@ -215,17 +217,9 @@ impl Fixture {
 
     /// Waits until the scenario's committed positions reach the end of every partition.
     async fn wait_caught_up(&self, s: &Scenario) {
-        let anchor = iceberg::TableIdent::from_strs([s.name, "floe_dead_letters"]).unwrap();
         let began = Instant::now();
         loop {
-            let positions = self
-                .client
-                .load_table(&anchor)
-                .await
-                .ok()
-                .and_then(|t| newest_marker(&t.metadata, "win"))
-                .map(|f| f.marker.positions)
-                .unwrap_or_default();
+            let positions = committed(&self.client, s.name, "win").await;
             if s.ends
                 .iter()
                 .all(|(p, end)| position_of(&positions, &s.topic, *p) == Some(*end))
@@ -241,18 +235,6 @@ impl Fixture {
             );
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
-    }
-
-    /// How many incarnations of the job committed in `namespace`.
-    async fn writers(&self, namespace: &str) -> usize {
-        let anchor = iceberg::TableIdent::from_strs([namespace, "floe_dead_letters"]).unwrap();
-        let table = self.client.load_table(&anchor).await.unwrap();
-        let writers: std::collections::HashSet<&String> = table
-            .metadata
-            .snapshots()
-            .filter_map(|s| s.summary().additional_properties.get("floe.writer"))
-            .collect();
-        writers.len()
     }
 
     async fn location(&self, namespace: &str, table: &str) -> String {
@@ -411,7 +393,7 @@ async fn killed(f: &Fixture) -> Scenario {
     f.produce(&mut s, RECORDS).await;
     f.wait_caught_up(&s).await;
     terminate(child);
-    let writers = f.writers(s.name).await;
+    let writers = anchor_writers(&f.client, s.name).await;
     assert!(
         writers > kills / 3,
         "the kills hit incarnations that had committed: only {writers} of {} did",
@@ -436,7 +418,7 @@ async fn rescaled(f: &Fixture) -> Scenario {
     f.wait_caught_up(&s).await;
     terminate(first);
     terminate(second);
-    let writers = f.writers(s.name).await;
+    let writers = anchor_writers(&f.client, s.name).await;
     assert!(
         writers >= 3,
         "all three replicas committed ({writers} writers)"

@@ -25,7 +25,7 @@ pub(crate) fn release_bin(name: &str) -> PathBuf {
 #[path = "../../tests/support/mod.rs"]
 pub(crate) mod support;
 
-pub(crate) use support::free_port;
+pub(crate) use support::{committed, free_port};
 
 pub(crate) fn peak_rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -185,22 +185,6 @@ pub(crate) async fn produce_spans(
         s.await.map_err(|(e, _)| e).unwrap();
     }
     payloads
-}
-
-/// The positions job `job` committed on its dead-letter anchor in `namespace`.
-pub(crate) async fn committed(
-    client: &floe_lake::rest::CatalogClient,
-    namespace: &str,
-    job: &str,
-) -> floe_core::Positions {
-    let anchor = iceberg::TableIdent::from_strs([namespace, "floe_dead_letters"]).unwrap();
-    client
-        .load_table(&anchor)
-        .await
-        .ok()
-        .and_then(|t| floe_lake::marker::newest_marker(&t.metadata, job))
-        .map(|f| f.marker.positions)
-        .unwrap_or_default()
 }
 
 /// Waits until job `job` in `namespace` committed `ends[p]` for every partition `p` of

@@ -174,3 +174,32 @@ pub(crate) async fn slot_confirmed(client: &tokio_postgres::Client, slot: &str, 
         .unwrap()
         .is_some()
 }
+
+/// The positions job `job` committed on the dead-letter anchor of `namespace` (empty before
+/// its first commit).
+pub(crate) async fn committed(
+    client: &CatalogClient,
+    namespace: &str,
+    job: &str,
+) -> floe_core::Positions {
+    let anchor = iceberg::TableIdent::from_strs([namespace, "floe_dead_letters"]).unwrap();
+    client
+        .load_table(&anchor)
+        .await
+        .ok()
+        .and_then(|t| floe_lake::marker::newest_marker(&t.metadata, job))
+        .map(|f| f.marker.positions)
+        .unwrap_or_default()
+}
+
+/// How many writers (job incarnations) committed to the dead-letter anchor of `namespace`.
+pub(crate) async fn anchor_writers(client: &CatalogClient, namespace: &str) -> usize {
+    let anchor = iceberg::TableIdent::from_strs([namespace, "floe_dead_letters"]).unwrap();
+    let table = client.load_table(&anchor).await.unwrap();
+    let writers: std::collections::HashSet<&String> = table
+        .metadata
+        .snapshots()
+        .filter_map(|s| s.summary().additional_properties.get("floe.writer"))
+        .collect();
+    writers.len()
+}
