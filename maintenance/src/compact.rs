@@ -7,7 +7,7 @@
 //! * otherwise the files smaller than the target, once there are `min_input_files` of them.
 //!
 //! Groups are taken until `max_bytes_per_run`. Execution reads each group's rows through
-//! iceberg's reader (which applies position and equality deletes as of the starting snapshot),
+//! `floe_lake::read` (which applies position and equality deletes as of the starting snapshot),
 //! writes them with `floe-lake`'s writer and commits one validated RewriteFiles per group: its
 //! output keeps the starting sequence number, so deletes committed meanwhile still apply, and
 //! a position delete committed against a group's input fails that group only (its output files
@@ -21,13 +21,14 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use floe_lake::commit::{RetryPolicy, commit_operation};
 use floe_lake::manifests::RewriteManifests;
+use floe_lake::read::{ReadRequest, read_live};
 use floe_lake::rest::{CatalogClient, LoadedTable};
 use floe_lake::rewrite::Rewrite;
 use floe_lake::snapshot::current_manifests;
 use floe_lake::writer::{DataWriter, WriterOptions};
 use floe_lake::{ErrorKind, LakeError, LakeResult};
 use futures::{StreamExt, TryStreamExt};
-use iceberg::arrow::{ArrowReaderBuilder, schema_to_arrow_schema};
+use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{DataContentType, DataFile, Struct};
 use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 
@@ -218,7 +219,7 @@ pub async fn plan_compaction(
 ///
 /// With no delete file in the partition and a table that never changed its schema (so every
 /// file has the current columns), the files are decoded directly with the table's Arrow schema;
-/// otherwise through iceberg's reader of the starting snapshot, which applies position and
+/// otherwise through `floe_lake::read` as of the starting snapshot, which applies position and
 /// equality deletes and maps older files' columns by field id.
 pub(crate) async fn read_group(
     table: &LoadedTable,
@@ -262,24 +263,11 @@ pub(crate) async fn read_group(
         .iter()
         .map(|f| f.file_path().to_string())
         .collect();
-    let iceberg_table = table.to_table()?;
-    let scan = iceberg_table
-        .scan()
-        .snapshot_id(start)
-        .select_all()
-        .build()?;
-    let tasks: Vec<_> = scan
-        .plan_files()
-        .await?
-        .try_filter(|task| futures::future::ready(inputs.contains(task.data_file_path.as_str())))
-        .try_collect()
-        .await?;
-    let reader =
-        ArrowReaderBuilder::new(table.io.clone(), iceberg::Runtime::try_current()?).build();
-    let stream = reader
-        .read(Box::pin(futures::stream::iter(tasks.into_iter().map(Ok))))?
-        .stream();
-    // The reader's batches lack the field-id metadata the writer matches columns by.
+    let request = ReadRequest::current()
+        .snapshot(start)
+        .files(move |_, file| inputs.contains(file.file_path()));
+    let stream = read_live(table, request).await?;
+    // Our reader's batches have the current schema; `schema` names the same fields.
     Ok(stream
         .map(move |batch| {
             RecordBatch::try_new(schema.clone(), batch?.columns().to_vec()).map_err(|e| {

@@ -10,6 +10,8 @@
 //! * [`marker`] — `floe.*` commit markers and the ancestry walk that finds them again;
 //! * [`tables`] — a writer's tables: created on first use, evolved by name, batches conformed;
 //! * [`savepoint`] — named, retained checkpoints of a job as tags, and rewinding to one.
+//! * [`read`] — a snapshot's live rows with position and equality deletes applied by hash
+//!   lookups (iceberg-rust 0.10's reader slows with rows × deleted keys).
 //!
 //! Iceberg is the truth: a commit's marker rides in its own snapshot, and after a crash or an
 //! unknown outcome the caller reloads and walks the history before deciding to re-commit.
@@ -20,6 +22,7 @@ pub mod expire;
 pub mod manifests;
 pub mod marker;
 pub mod orphans;
+pub mod read;
 pub mod rest;
 pub mod rewrite;
 pub mod savepoint;

@@ -350,32 +350,22 @@ impl<R: Reader> Job<R> {
         let began = Instant::now();
         let table = self.client.load_table(&self.landed[sink].ident).await?;
         let ids = self.pipeline.ids();
-        let mut rows = Vec::new();
-        state_table::read(&table, &owned, |operator, partition, key, value| {
-            rows.push((
-                operator.to_string(),
-                partition.to_string(),
-                key.to_vec(),
-                value.to_vec(),
-            ));
-        })
-        .await?;
-        let mut restored = BTreeSet::new();
-        let count = rows.len();
-        for (operator, partition, key, value) in rows {
-            if reset.contains(&operator) {
-                self.state_resets.push((operator, partition, key));
-                continue;
+        let (reader, pipeline, resets) =
+            (&mut self.reader, &mut self.pipeline, &mut self.state_resets);
+        let count = state_table::read(&table, &owned, |operator, partition, key, value| {
+            if reset.contains(operator) {
+                resets.push((operator.to_string(), partition.to_string(), key.to_vec()));
+                return Ok(());
             }
             let (Some(op), Some(p)) = (
-                ids.iter().position(|i| *i == operator),
-                self.reader.partition_index(&partition),
+                ids.iter().position(|i| i == operator),
+                reader.partition_index(partition),
             ) else {
-                continue;
+                return Ok(());
             };
-            self.pipeline.load(op as u16, p, &key, &value)?;
-            restored.insert(p);
-        }
+            pipeline.load(op as u16, p, key, value)
+        })
+        .await?;
         let partitions: Vec<u32> = owned
             .iter()
             .filter_map(|name| self.reader.partition_index(name))

@@ -4,12 +4,12 @@
 //! Rows are `(operator, partition, key, value)` with the first three as identifier fields,
 //! partitioned by operator and source partition: each checkpoint upserts the keys its epoch
 //! changed (equality deletes and new rows, like any changelog table), so a checkpoint writes
-//! what changed, never what is held. Restoring a partition reads its rows — Iceberg prunes the
-//! other partitions' files — into the local RocksDB. Files no snapshot references any more are
+//! what changed, never what is held. Restoring a partition reads its rows — only that
+//! partition's files, deletes applied by `floe_lake::read` — into the local RocksDB. Files no snapshot references any more are
 //! ordinary orphans; `floe-maintenance` compacts and expires the table like any other (keep
 //! its compaction frequent: a restore reads every file of the partition).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::builder::{Int8Builder, LargeBinaryBuilder, StringBuilder};
@@ -17,12 +17,12 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
 use floe_core::{OP_COLUMN, Op, StreamSpec};
+use floe_lake::read::{ReadRequest, read_live};
 use floe_lake::rest::LoadedTable;
 use floe_lake::{ErrorKind, LakeError, LakeResult};
 use floe_state::Change;
 use futures::TryStreamExt;
-use iceberg::expr::Reference;
-use iceberg::spec::{Datum, NestedField, PrimitiveType, Schema, Type};
+use iceberg::spec::{Literal, NestedField, PrimitiveType, Schema, Type};
 
 /// The stream name of the state table's rows.
 pub(crate) const STREAM: &str = "__state";
@@ -142,43 +142,40 @@ pub(crate) fn changes_batch(
 }
 
 /// Calls `each(operator, partition, key, value)` for every row of the state table's current
-/// snapshot in `partitions`.
+/// snapshot in `partitions`, batch by batch (a state bigger than memory is restored without
+/// holding it); stops at the first error `each` returns.
 pub(crate) async fn read(
     table: &LoadedTable,
     partitions: &[String],
-    mut each: impl FnMut(&str, &str, &[u8], &[u8]),
+    mut each: impl FnMut(&str, &str, &[u8], &[u8]) -> LakeResult<()>,
 ) -> LakeResult<u64> {
     if partitions.is_empty() || table.metadata.current_snapshot_id().is_none() {
         return Ok(0);
     }
-    let filter = Reference::new("partition").is_in(partitions.iter().map(Datum::string));
-    let mut stream = table
-        .to_table()?
-        .scan()
-        .select(["operator", "partition", "key", "value"])
-        .with_filter(filter)
-        .build()?
-        .to_arrow()
-        .await?;
+    let wanted: HashSet<String> = partitions.iter().cloned().collect();
+    let literals: Vec<Literal> = partitions.iter().map(Literal::string).collect();
+    // Only the files of the partitions read (a spec without the column keeps every file, and
+    // the rows are filtered below).
+    let request = ReadRequest::current()
+        .columns(&["operator", "partition", "key", "value"])
+        .files(move |spec, file| {
+            let Some(index) = spec.fields().iter().position(|f| f.name == "partition") else {
+                return true;
+            };
+            file.partition().fields()[index]
+                .as_ref()
+                .is_some_and(|value| literals.contains(value))
+        });
+    let mut stream = read_live(table, request).await?;
     let mut rows = 0;
-    // Batch by batch: a state bigger than memory is restored without holding it.
-    while let Some(b) = stream.try_next().await.map_err(LakeError::from)? {
+    while let Some(b) = stream.try_next().await? {
         let bad = || LakeError::new(ErrorKind::Invalid, "the state table's columns changed");
-        let operator = b
-            .column_by_name("operator")
-            .ok_or_else(bad)?
-            .as_string::<i32>();
-        let partition = b
-            .column_by_name("partition")
-            .ok_or_else(bad)?
-            .as_string::<i32>();
-        let key = b.column_by_name("key").ok_or_else(bad)?.as_binary::<i64>();
-        let value = b
-            .column_by_name("value")
-            .ok_or_else(bad)?
-            .as_binary::<i64>();
+        let operator = b.column(0).as_string_opt::<i32>().ok_or_else(bad)?;
+        let partition = b.column(1).as_string_opt::<i32>().ok_or_else(bad)?;
+        let key = b.column(2).as_binary_opt::<i64>().ok_or_else(bad)?;
+        let value = b.column(3).as_binary_opt::<i64>().ok_or_else(bad)?;
         for i in 0..b.num_rows() {
-            if value.is_null(i) {
+            if value.is_null(i) || !wanted.contains(partition.value(i)) {
                 continue;
             }
             each(
@@ -186,7 +183,7 @@ pub(crate) async fn read(
                 partition.value(i),
                 key.value(i),
                 value.value(i),
-            );
+            )?;
             rows += 1;
         }
     }

@@ -217,15 +217,8 @@ async fn live_rows(client: &CatalogClient, namespace: &str, table: &str) -> u64 
     use futures::TryStreamExt;
     let ident = iceberg::TableIdent::from_strs([namespace, table]).unwrap();
     let loaded = client.load_table(&ident).await.unwrap();
-    let stream = loaded
-        .to_table()
-        .unwrap()
-        .scan()
-        .build()
-        .unwrap()
-        .to_arrow()
-        .await
-        .unwrap();
+    let request = floe_lake::read::ReadRequest::current();
+    let stream = floe_lake::read::read_live(&loaded, request).await.unwrap();
     let batches: Vec<arrow_array::RecordBatch> = stream.try_collect().await.unwrap();
     batches.iter().map(|b| b.num_rows() as u64).sum()
 }
@@ -423,9 +416,8 @@ async fn main() {
         let restores = |field| logged(&job.log, "operator state restored", field);
         let before_restart = restores("millis").len();
         let child = spawn(&job);
-        // The first restore of the owned partitions (one runs before Kafka assigns any).
-        // It reads the state table through iceberg-rust's scan, whose equality-delete
-        // handling is slow on a table of many upserts: it gets two minutes.
+        // The first restore of the owned partitions (one runs before Kafka assigns any); it
+        // gets two minutes.
         let waited = Instant::now();
         let restored = loop {
             let (partitions, rows, millis) =

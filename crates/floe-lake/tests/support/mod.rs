@@ -208,9 +208,8 @@ pub async fn scan_batches(table: &LoadedTable, columns: Option<&[&str]>) -> Vec<
         .unwrap()
 }
 
-/// (id, amount) pairs our own scan returns.
-pub async fn scan(table: &LoadedTable) -> Vec<(i64, f64)> {
-    let batches = scan_batches(table, Some(&["id", "amount"])).await;
+/// (id, amount) pairs of a table's live rows, sorted.
+fn id_amounts(batches: &[RecordBatch]) -> Vec<(i64, f64)> {
     let mut rows = Vec::new();
     for b in batches {
         let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
@@ -224,6 +223,27 @@ pub async fn scan(table: &LoadedTable) -> Vec<(i64, f64)> {
     }
     rows.sort_by(|a, b| a.partial_cmp(b).unwrap());
     rows
+}
+
+/// (id, amount) pairs our own scans return: iceberg-rust's reader and `floe_lake::read`,
+/// which must agree.
+pub async fn scan(table: &LoadedTable) -> Vec<(i64, f64)> {
+    let by_iceberg = id_amounts(&scan_batches(table, Some(&["id", "amount"])).await);
+    let ours: Vec<RecordBatch> = floe_lake::read::read_live(
+        table,
+        floe_lake::read::ReadRequest::current().columns(&["id", "amount"]),
+    )
+    .await
+    .unwrap()
+    .try_collect()
+    .await
+    .unwrap();
+    assert_eq!(
+        id_amounts(&ours),
+        by_iceberg,
+        "floe_lake::read and iceberg-rust's reader disagree"
+    );
+    by_iceberg
 }
 
 /// Runs a Python snippet in the test venv that prints `(id, amount)` rows as JSON; `None`
