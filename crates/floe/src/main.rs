@@ -33,9 +33,17 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const QUICKSTART: &str = include_str!("../../../jobs/quickstart.toml");
 
+/// The version `--version` prints: the package version, and the build's tag when it was built
+/// with `FLOE_BUILD_TAG` set (packagers stamp a commit or a release name this way).
+static VERSION: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| match option_env!("FLOE_BUILD_TAG") {
+        Some(tag) if !tag.is_empty() => format!("{} ({tag})", env!("CARGO_PKG_VERSION")),
+        _ => env!("CARGO_PKG_VERSION").to_string(),
+    });
+
 /// Streams into Apache Iceberg tables, exactly once.
 #[derive(Debug, Parser)]
-#[command(name = "floe", version)]
+#[command(name = "floe", version = VERSION.as_str())]
 struct Cli {
     #[command(subcommand)]
     command: Command,

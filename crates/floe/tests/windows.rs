@@ -7,8 +7,9 @@
 //! 2. killed (-9) at random instants `FLOE_CHAOS_KILLS` times (default 20),
 //! 3. rescaled from one replica to three and then to two mid-stream,
 //! 4. stopped with SIGTERM, savepointed, run past the savepoint and killed, then resumed
-//!    with `--from-savepoint` (the binary starting again from its savepoint, as after an
-//!    upgrade),
+//!    with `--from-savepoint` by a rebuilt binary: `FLOE_UPGRADE_BIN`, a second build of
+//!    `floe` from these sources stamped with another `FLOE_BUILD_TAG` (`tests/run` builds
+//!    it; its `--version` and its bytes must differ from the first binary's),
 //! 5. killed with its local state directory deleted before every restart,
 //!
 //! and DuckDB must find the rollup and late tables of every run identical to the first, row
@@ -18,7 +19,9 @@
 //! The first run's tumbling and sliding rollups are also checked against a reference DuckDB
 //! computes from the raw landed spans with the documented semantics (per-partition
 //! watermark, firing, allowed lateness), quantiles within the sketch's 1 % and distinct
-//! counts within HyperLogLog's error; then `floe-maintenance`'s merge task folds its closed
+//! counts within HyperLogLog's error; its sessions and their late rows against a replay of
+//! the documented session semantics over the same rows (Python over DuckDB's result: merging
+//! sessions have no SQL form); then `floe-maintenance`'s merge task folds its closed
 //! partials and the documented `GROUP BY` (crates/floe-sketch/SQL.md) gives the same answers
 //! from fewer rows.
 //!
@@ -426,6 +429,32 @@ async fn rescaled(f: &Fixture) -> Scenario {
     s
 }
 
+/// The rebuilt binary the savepointed run resumes with (`FLOE_UPGRADE_BIN`; without it, and
+/// without `FLOE_REQUIRE_SERVICES=1`, the same binary): a different executable whose version
+/// says so.
+fn upgraded_binary() -> PathBuf {
+    let first = PathBuf::from(env!("CARGO_BIN_EXE_floe"));
+    let Some(upgraded) = service("FLOE_UPGRADE_BIN") else {
+        return first;
+    };
+    let version = |bin: &Path| {
+        let out = Command::new(bin).arg("--version").output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let upgraded = PathBuf::from(upgraded);
+    assert_ne!(
+        version(&first),
+        version(&upgraded),
+        "FLOE_UPGRADE_BIN is a build of its own"
+    );
+    assert_ne!(
+        std::fs::read(&first).unwrap(),
+        std::fs::read(&upgraded).unwrap(),
+        "FLOE_UPGRADE_BIN is another executable"
+    );
+    upgraded
+}
+
 async fn savepointed(f: &Fixture) -> Scenario {
     let mut s = f.scenario("savepointed").await;
     let job = s.job(0);
@@ -443,7 +472,8 @@ async fn savepointed(f: &Fixture) -> Scenario {
     kill(child);
     let listed = s.floe(&["savepoint", job, "--list"]);
     assert!(listed.contains("before-upgrade"), "{listed}");
-    let child = Command::new(env!("CARGO_BIN_EXE_floe"))
+    let upgraded = upgraded_binary();
+    let child = Command::new(&upgraded)
         .args(["run", job, "--from-savepoint", "before-upgrade"])
         .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::null())
@@ -528,6 +558,8 @@ async fn check_against_reference(f: &Fixture, namespace: &str) {
     let tumbling = f.location(namespace, "per_10s").await;
     let sliding = f.location(namespace, "sliding").await;
     let tumbling_late = f.location(namespace, "per_10s_late").await;
+    let sessions = f.location(namespace, "sessions").await;
+    let sessions_late = f.location(namespace, "sessions_late").await;
     let script = format!(
         r#"import duckdb_offline
 con = duckdb_offline.connect()
@@ -585,6 +617,47 @@ sgot = "SELECT regexp_replace(source_partition, '^.*/', ''), epoch_us(window_sta
 print("sliding_rows", one(f"SELECT count(*) FROM ({{sgot}})")[0])
 print("sliding_missing", one(f"SELECT count(*) FROM ({{sfired}} EXCEPT {{sgot}})")[0])
 print("sliding_extra", one(f"SELECT count(*) FROM ({{sgot}} EXCEPT {{sfired}})")[0])
+# Sessions (gap 3 s, no lateness) have no SQL form: replay the documented semantics over the
+# arrivals in order, per partition. A row's watermark is its partition's before it; a row
+# whose merged session already ended at that watermark is late; touching sessions merge; a
+# session fires once the watermark reaches its end and is then purged.
+GAP = 3000000
+table, late = {{}}, set()
+rows = con.sql("""SELECT p, t, service_name, duration_ns, kafka_offset, kafka_item FROM arrivals
+                  ORDER BY p, kafka_offset, kafka_item""").fetchall()
+by_partition = {{}}
+for r in rows:
+    by_partition.setdefault(r[0], []).append(r)
+for p, arrivals in by_partition.items():
+    open_, maxt = {{}}, None
+    for _, t, key, d, off, item in arrivals:
+        wm = None if maxt is None else maxt - 2000000
+        mine = open_.setdefault(key, [])
+        m = [t, t + GAP, 1, d]
+        absorbed = [x for x in mine if x[0] <= m[1] and m[0] <= x[1]]
+        for x in absorbed:
+            m = [min(m[0], x[0]), max(m[1], x[1]), m[2] + x[2], max(m[3], x[3])]
+        if wm is not None and m[1] <= wm:
+            late.add((p, off, item))
+        else:
+            open_[key] = [x for x in mine if x not in absorbed] + [m]
+        maxt = t if maxt is None else max(maxt, t)
+        wm = maxt - 2000000
+        for k, sessions in open_.items():
+            for x in [x for x in sessions if x[1] <= wm]:
+                table[(p, x[0], x[1], k)] = (x[2], x[3])
+            open_[k] = [x for x in sessions if x[1] > wm]
+got = con.sql("""SELECT regexp_replace(source_partition, '^.*/', ''), epoch_us(window_start),
+                        epoch_us(window_end), service_name, spans, slowest_ns
+                 FROM iceberg_scan('{sessions}')""").fetchall()
+print("session_rows", len(got))
+print("session_duplicates", len(got) - len({{r[:4] for r in got}}))
+got = {{(r[0], r[1], r[2], r[3]): (r[4], r[5]) for r in got}}
+print("session_mismatch", len(set(got.items()) ^ set(table.items())))
+got_late = con.sql("""SELECT kafka_partition::VARCHAR, kafka_offset, kafka_item
+                      FROM iceberg_scan('{sessions_late}')""").fetchall()
+print("session_late_rows", len(got_late))
+print("session_late_mismatch", len(set(got_late) ^ late))
 "#
     );
     let out = python(&script);
@@ -599,6 +672,11 @@ print("sliding_extra", one(f"SELECT count(*) FROM ({{sgot}} EXCEPT {{sfired}})")
     assert!(n["tumbling_rows"] > 500, "{n:?}");
     assert!(n["sliding_rows"] > 500, "{n:?}");
     assert!(n["late_rows"] > 50, "the input has late rows: {n:?}");
+    assert!(n["session_rows"] > 100, "{n:?}");
+    assert!(
+        n["session_late_rows"] > 10,
+        "sessions refused late rows: {n:?}"
+    );
     for zero in [
         "tumbling_missing",
         "tumbling_extra",
@@ -609,6 +687,9 @@ print("sliding_extra", one(f"SELECT count(*) FROM ({{sgot}} EXCEPT {{sfired}})")
         "late_mismatch",
         "sliding_missing",
         "sliding_extra",
+        "session_duplicates",
+        "session_mismatch",
+        "session_late_mismatch",
     ] {
         assert_eq!(n[zero], 0, "{zero}: {n:?}");
     }
