@@ -28,7 +28,9 @@
 //!   restored`), the path a rebalance takes for the partitions a replica gains.
 //!
 //! `FLOE_BENCH_SPANS` sets the volume (default 4,000,000 spans: with 10 s checkpoints, a
-//! smaller backlog is over before the first checkpoint and every job times the same 10 s).
+//! smaller backlog is over before the first checkpoint and every job times the same 10 s),
+//! `FLOE_BENCH_STATE_MEMORY_MIB` the keyed jobs' RocksDB budget (default 32 MiB), and
+//! `FLOE_BENCH_SKIP_THROUGHPUT=1` runs only the state part.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -47,8 +49,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const SPANS_PER_RECORD: usize = 1000;
 const PARTITIONS: i32 = 2;
-/// The keyed jobs' RocksDB memory budget.
-const STATE_MEMORY_MIB: u64 = 64;
+/// The keyed jobs' RocksDB memory budget, unless `FLOE_BENCH_STATE_MEMORY_MIB` sets one.
+const STATE_MEMORY_MIB: usize = 32;
 
 const ROLLUP: &str = r#"
 [[operators]]
@@ -62,7 +64,7 @@ aggregates = { spans = "count()", mean_ns = "avg(duration_ns)", p99_ns = "quanti
 "#;
 
 /// A window holding `keys` keys per partition at most, that does not fire during the run.
-fn keyed(keys: usize) -> String {
+fn keyed(keys: usize, memory_mib: usize) -> String {
     format!(
         r#"
 [[operators]]
@@ -86,7 +88,7 @@ land = false
 land = false
 
 [state]
-memory = "{STATE_MEMORY_MIB}MiB"
+memory = "{memory_mib}MiB"
 "#,
         per_partition = (keys / PARTITIONS as usize).max(1)
     )
@@ -288,49 +290,32 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let Ok(brokers) = std::env::var("FLOE_TEST_KAFKA_BROKERS") else {
-        eprintln!("windows bench: needs FLOE_TEST_KAFKA_BROKERS (tests/services/up)");
-        return;
-    };
-    let spans = env_usize("FLOE_BENCH_SPANS", 4_000_000);
-    let state_keys_list: Vec<usize> = std::env::var("FLOE_BENCH_STATE_KEYS")
-        .unwrap_or_else(|_| "10000,1000000".into())
-        .split(',')
-        .filter_map(|k| k.trim().parse().ok())
-        .collect();
-    let records = spans.div_ceil(SPANS_PER_RECORD);
-    let spans = records * SPANS_PER_RECORD;
-    let dir = std::env::temp_dir().join(format!("floe-bench-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let topic = format!("bench_windows_{}", uuid::Uuid::new_v4().simple());
-    let payloads = produce_spans(&brokers, &topic, PARTITIONS, records, SPANS_PER_RECORD).await;
-    let mut ends: Vec<i64> = (0..PARTITIONS)
-        .map(|p| ((records as i64) + (PARTITIONS - 1 - p) as i64) / PARTITIONS as i64)
-        .collect();
-    println!("produced {spans} spans in {records} records on {PARTITIONS} partitions");
-
-    let catalog = start_catalog(&dir);
-    let client = connect(&catalog).await;
-
-    // Rollup cost.
-    let plain = job_file(&dir, "plain", &brokers, &topic, &catalog.uri, "");
-    let (plain_s, plain_cpu, plain_rss, child) = run_to(&client, &plain, &topic, &ends).await;
+/// (a)–(d): the rollup's cost against the plain job, and against Flink.
+async fn rollup_cost(
+    client: &CatalogClient,
+    dir: &Path,
+    brokers: &str,
+    topic: &str,
+    uri: &str,
+    ends: &[i64],
+    spans: usize,
+) {
+    let plain = job_file(dir, "plain", brokers, topic, uri, "");
+    let (plain_s, plain_cpu, plain_rss, child) = run_to(client, &plain, topic, ends).await;
     stop(child);
-    let rollup = job_file(&dir, "rollup", &brokers, &topic, &catalog.uri, ROLLUP);
-    let (rollup_s, rollup_cpu, rollup_rss, child) = run_to(&client, &rollup, &topic, &ends).await;
+    let rollup = job_file(dir, "rollup", brokers, topic, uri, ROLLUP);
+    let (rollup_s, rollup_cpu, rollup_rss, child) = run_to(client, &rollup, topic, ends).await;
     stop(child);
-    let rollup_rows = live_rows(&client, "rollup", "rollup_1m").await;
+    let rollup_rows = live_rows(client, "rollup", "rollup_1m").await;
     // Against Flink: the rollup alone.
     let alone = format!("{ROLLUP}\n[tables.spans]\nland = false\n");
-    let floe_alone = job_file(&dir, "alone", &brokers, &topic, &catalog.uri, &alone);
-    let (alone_s, alone_cpu, alone_rss, child) = run_to(&client, &floe_alone, &topic, &ends).await;
+    let floe_alone = job_file(dir, "alone", brokers, topic, uri, &alone);
+    let (alone_s, alone_cpu, alone_rss, child) = run_to(client, &floe_alone, topic, ends).await;
     stop(child);
     let flink = if std::env::var("FLOE_BENCH_SKIP_FLINK").as_deref() == Ok("1") {
         None
     } else {
-        Some(flink_rollup(&brokers, &topic, &catalog.uri, &ends).await)
+        Some(flink_rollup(brokers, topic, uri, ends).await)
     };
 
     let plain_rate = spans as f64 / plain_s;
@@ -372,11 +357,51 @@ async fn main() {
             flink_s / alone_s
         );
     }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let Ok(brokers) = std::env::var("FLOE_TEST_KAFKA_BROKERS") else {
+        eprintln!("windows bench: needs FLOE_TEST_KAFKA_BROKERS (tests/services/up)");
+        return;
+    };
+    let spans = env_usize("FLOE_BENCH_SPANS", 4_000_000);
+    let memory_mib = env_usize("FLOE_BENCH_STATE_MEMORY_MIB", STATE_MEMORY_MIB);
+    let throughput = std::env::var("FLOE_BENCH_SKIP_THROUGHPUT").as_deref() != Ok("1");
+    let state_keys_list: Vec<usize> = std::env::var("FLOE_BENCH_STATE_KEYS")
+        .unwrap_or_else(|_| "10000,1000000".into())
+        .split(',')
+        .filter_map(|k| k.trim().parse().ok())
+        .collect();
+    let records = spans.div_ceil(SPANS_PER_RECORD);
+    let spans = records * SPANS_PER_RECORD;
+    let dir = std::env::temp_dir().join(format!("floe-bench-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let topic = format!("bench_windows_{}", uuid::Uuid::new_v4().simple());
+    let payloads = produce_spans(&brokers, &topic, PARTITIONS, records, SPANS_PER_RECORD).await;
+    let mut ends: Vec<i64> = (0..PARTITIONS)
+        .map(|p| ((records as i64) + (PARTITIONS - 1 - p) as i64) / PARTITIONS as i64)
+        .collect();
+    println!("produced {spans} spans in {records} records on {PARTITIONS} partitions");
+
+    let catalog = start_catalog(&dir);
+    let client = connect(&catalog).await;
+
+    if throughput {
+        rollup_cost(&client, &dir, &brokers, &topic, &catalog.uri, &ends, spans).await;
+    }
     // Checkpoints vs state size, then restore.
     println!("\ncheckpoints vs state size (1-hour window keyed by K values, 10 s checkpoints):");
     for keys in state_keys_list {
         let name = format!("keys_{keys}");
-        let job = job_file(&dir, &name, &brokers, &topic, &catalog.uri, &keyed(keys));
+        let job = job_file(
+            &dir,
+            &name,
+            &brokers,
+            &topic,
+            &catalog.uri,
+            &keyed(keys, memory_mib),
+        );
         let (took, _, rss, child) = run_to(&client, &job, &topic, &ends).await;
         let local = dir_bytes(&dir.join(&name));
         let commits = state_commits(&client, &name).await;
@@ -442,7 +467,7 @@ async fn main() {
             commits.iter().fold((0, 0), |a, c| (a.0 + c.0, a.1 + c.1));
         let mean_ms = durations.iter().sum::<u64>() as f64 / durations.len().max(1) as f64;
         println!(
-            "{keys:>9} keys | {loaded:>3} checkpoints in {took:>6.1} s, {mean_ms:>6.0} ms mean, {:>6} ms max, {:>8.1} MiB / {written} keys written ({:.1} B/key) | +{extra} records: {} keys, {:.1} KiB ({:.1} B/key) | {restore} | RocksDB {:.0} MiB on disk ({:.1}x its {STATE_MEMORY_MIB} MiB budget) | RSS peak {rss:.0} MiB, {rss_after:.0} MiB after the small checkpoint",
+            "{keys:>9} keys | {loaded:>3} checkpoints in {took:>6.1} s, {mean_ms:>6.0} ms mean, {:>6} ms max, {:>8.1} MiB / {written} keys written ({:.1} B/key) | +{extra} records: {} keys, {:.1} KiB ({:.1} B/key) | {restore} | RocksDB {:.0} MiB on disk ({:.1}x its {memory_mib} MiB budget) | RSS peak {rss:.0} MiB, {rss_after:.0} MiB after the small checkpoint",
             durations.iter().max().unwrap_or(&0),
             bytes as f64 / 1048576.0,
             bytes as f64 / written.max(1) as f64,
@@ -450,7 +475,7 @@ async fn main() {
             small.0 as f64 / 1024.0,
             small.0 as f64 / small.1.max(1) as f64,
             local as f64 / 1048576.0,
-            local as f64 / (STATE_MEMORY_MIB as f64 * 1048576.0),
+            local as f64 / (memory_mib as f64 * 1048576.0),
         );
     }
 
