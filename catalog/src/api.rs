@@ -20,7 +20,8 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use iceberg::{TableIdent, TableRequirement, TableUpdate};
 use iceberg_catalog_rest::{
-    CommitTableRequest, CreateTableRequest, RegisterTableRequest, RenameTableRequest,
+    CommitTableRequest, CreateTableRequest, LoadTableResult, RegisterTableRequest,
+    RenameTableRequest,
 };
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -30,6 +31,7 @@ use sha2::{Digest, Sha256};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult, ErrorType};
 use crate::ident::{Namespace, TableName};
+use crate::metadata_json;
 use crate::metrics::Metrics;
 use crate::service::{Catalog, Committed, IdempotencyContext, TableChange, load_result};
 use crate::store::{IdempotencyRecord, StoredResponse};
@@ -406,6 +408,14 @@ fn etag(metadata_location: &str, mode: &str) -> String {
     format!("\"{}\"", URL_SAFE_NO_PAD.encode(&hash[..18]))
 }
 
+/// A table's load result as JSON, its metadata's lists in commit order.
+fn table_json(result: &LoadTableResult) -> ApiResult<Value> {
+    let mut body = serde_json::to_value(result)
+        .map_err(|e| ApiError::internal(format!("could not encode table metadata: {e}")))?;
+    metadata_json::order(&mut body["metadata"]);
+    Ok(body)
+}
+
 fn json_response(status: StatusCode, body: &impl Serialize, etag: Option<&str>) -> Response {
     let mut response = (status, Json(body)).into_response();
     if let Some(tag) = etag.and_then(|t| HeaderValue::from_str(t).ok()) {
@@ -426,7 +436,11 @@ async fn create_table(
     if !staged {
         tracing::info!(%namespace, location = ?result.metadata_location, "created table");
     }
-    Ok(json_response(StatusCode::OK, &result, tag.as_deref()))
+    Ok(json_response(
+        StatusCode::OK,
+        &table_json(&result)?,
+        tag.as_deref(),
+    ))
 }
 
 /// Keeps only the snapshots that a branch or tag points at (`snapshots=refs`).
@@ -482,8 +496,7 @@ async fn load_table(
         (*metadata).clone(),
         state.catalog.warehouse(),
     );
-    let mut body = serde_json::to_value(&result)
-        .map_err(|e| ApiError::internal(format!("could not encode table metadata: {e}")))?;
+    let mut body = table_json(&result)?;
     if mode == "refs" {
         keep_ref_snapshots(&mut body["metadata"]);
     }
@@ -513,7 +526,9 @@ struct CommitBody {
 
 fn commit_response(committed: &[Committed]) -> (u16, String) {
     let body = committed.first().map(|c| {
-        json!({ "metadata-location": c.metadata_location, "metadata": &*c.metadata }).to_string()
+        let mut metadata = serde_json::to_value(&*c.metadata).unwrap_or_default();
+        metadata_json::order(&mut metadata);
+        json!({ "metadata-location": c.metadata_location, "metadata": metadata }).to_string()
     });
     (200, body.unwrap_or_default())
 }
@@ -650,7 +665,11 @@ async fn register_table(
     let namespace = namespace_of(&state, &prefix, &namespace)?;
     let result = state.catalog.register(&namespace, body).await?;
     let tag = result.metadata_location.as_deref().map(|l| etag(l, "all"));
-    Ok(json_response(StatusCode::OK, &result, tag.as_deref()))
+    Ok(json_response(
+        StatusCode::OK,
+        &table_json(&result)?,
+        tag.as_deref(),
+    ))
 }
 
 async fn report_metrics(

@@ -19,6 +19,7 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod ident;
+pub mod metadata_json;
 pub mod metrics;
 pub mod service;
 pub mod store;

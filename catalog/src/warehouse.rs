@@ -6,10 +6,12 @@
 //! table whose location lies outside the warehouse root (a registered table) deletes nothing.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
 use iceberg::MetadataLocation;
+use iceberg::compression::CompressionCodec;
 use iceberg::io::{FileIO, FileIOBuilder};
 use iceberg::spec::TableMetadata;
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
@@ -196,17 +198,42 @@ impl Warehouse {
         Ok(metadata)
     }
 
-    /// Writes a new metadata file at `location` (which must be fresh).
+    /// Writes a new metadata file at `location` (which must be fresh), its lists in commit
+    /// order ([`crate::metadata_json`]), gzipped when the location says so.
     pub async fn write_metadata(
         &self,
         metadata: &TableMetadata,
         location: &MetadataLocation,
     ) -> ApiResult<String> {
-        metadata
-            .write_to(&self.io, location)
-            .await
-            .map_err(|e| storage_error("write table metadata", &location.to_string(), e))?;
+        let json = serde_json::to_vec(&crate::metadata_json::to_value(metadata)?)
+            .map_err(|e| ApiError::internal(format!("could not encode table metadata: {e}")))?;
+        let bytes = match location.compression_codec() {
+            CompressionCodec::None => json,
+            CompressionCodec::Gzip(level) => {
+                let mut encoder = flate2::write::GzEncoder::new(
+                    Vec::new(),
+                    flate2::Compression::new(level.into()),
+                );
+                encoder
+                    .write_all(&json)
+                    .and_then(|()| encoder.finish())
+                    .map_err(|e| {
+                        ApiError::internal(format!("could not gzip table metadata: {e}"))
+                    })?
+            }
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "metadata compression {other:?} is not supported; use none or gzip"
+                )));
+            }
+        };
         let location = location.to_string();
+        self.io
+            .new_output(&location)
+            .map_err(|e| storage_error("write table metadata", &location, e))?
+            .write(bytes.into())
+            .await
+            .map_err(|e| storage_error("write table metadata", &location, e))?;
         self.cache_put(&location, Arc::new(metadata.clone()));
         Ok(location)
     }
