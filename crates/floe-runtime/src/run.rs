@@ -193,10 +193,11 @@ impl<R: Reader> Job<R> {
         let stateful = config.pipeline.operators.iter().any(|o| o.stateful());
         let store = if stateful {
             let dir = config.state_dir.join("rocksdb");
-            Some(
-                floe_state::StateStore::open(&dir, config.state_memory as usize)
-                    .map_err(|e| LakeError::new(ErrorKind::Unavailable, e.to_string()))?,
-            )
+            let store = floe_state::StateStore::open(&dir, config.state_memory as usize)
+                .map_err(|e| LakeError::new(ErrorKind::Unavailable, e.to_string()))?;
+            // Another replica on this host may hold `rocksdb`: then this one takes `rocksdb.2`…
+            tracing::info!(job = %config.name, dir = %store.dir().display(), "local operator state");
+            Some(store)
         } else {
             None
         };

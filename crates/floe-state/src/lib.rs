@@ -3,7 +3,8 @@
 //! checkpoint ready to be committed with the data.
 //!
 //! * **Layout.** One RocksDB per job process (wiped when it opens: the durable copy is the
-//!   job's state table in Iceberg, see `floe-runtime`). A key is
+//!   job's state table in Iceberg, see `floe-runtime`), in a directory the process claims by
+//!   a file lock, so replicas on one host that share a state directory each get their own. A key is
 //!   `[partition: u32][operator: u16][operator's key]`, big-endian, so one partition's state
 //!   is one key range: dropped or restored as a unit when Kafka moves the partition.
 //! * **Changes per epoch.** Every write also records its new value (or its deletion) in a
@@ -61,6 +62,50 @@ pub struct StateStore {
     dir: PathBuf,
     epoch: u64,
     write: WriteOptions,
+    /// Held for the store's life: the claim on `dir` (see [`StateStore::open`]).
+    _lock: std::fs::File,
+}
+
+/// How many stores may share one base directory (replicas of a job on one host).
+const MAX_SLOTS: usize = 64;
+
+/// The first slot of `base` whose lock this process can take, and the locked file.
+fn claim(base: &Path) -> StateResult<(PathBuf, std::fs::File)> {
+    if let Some(parent) = base.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| StateError(format!("cannot create {}: {e}", parent.display())))?;
+    }
+    for slot in 1..=MAX_SLOTS {
+        let dir = if slot == 1 {
+            base.to_path_buf()
+        } else {
+            let mut name = base.as_os_str().to_owned();
+            name.push(format!(".{slot}"));
+            PathBuf::from(name)
+        };
+        let mut lock_path = dir.as_os_str().to_owned();
+        lock_path.push(".lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| StateError(format!("cannot open {}: {e}", lock_path.to_string_lossy())))?;
+        match file.try_lock() {
+            Ok(()) => return Ok((dir, file)),
+            Err(std::fs::TryLockError::WouldBlock) => continue,
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(StateError(format!(
+                    "cannot lock {}: {e}",
+                    lock_path.to_string_lossy()
+                )));
+            }
+        }
+    }
+    Err(StateError(format!(
+        "{MAX_SLOTS} stores already hold {} and its siblings",
+        base.display()
+    )))
 }
 
 impl std::fmt::Debug for StateStore {
@@ -107,9 +152,14 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 }
 
 impl StateStore {
-    /// Opens an empty store in `dir` (anything there is removed first) with about
-    /// `memory` bytes for caches and write buffers.
+    /// Opens an empty store with about `memory` bytes for caches and write buffers, in the
+    /// first of `dir`, `dir.2`, `dir.3`, … that no other store holds (anything there is
+    /// removed first). The claim is an exclusive lock on a file beside it, held while the
+    /// store lives and released by the OS when the process dies, so replicas on one host
+    /// sharing a state directory never clear or share each other's RocksDB.
     pub fn open(dir: &Path, memory: usize) -> StateResult<Self> {
+        let (dir, lock) = claim(dir)?;
+        let dir = dir.as_path();
         if dir.exists() {
             std::fs::remove_dir_all(dir)
                 .map_err(|e| StateError(format!("cannot clear {}: {e}", dir.display())))?;
@@ -164,7 +214,13 @@ impl StateStore {
             dir: dir.to_path_buf(),
             epoch: 1,
             write,
+            _lock: lock,
         })
+    }
+
+    /// The directory this store claimed.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     fn cf(&self, name: &str) -> StateResult<&rocksdb::ColumnFamily> {
@@ -364,6 +420,32 @@ mod tests {
         })
         .unwrap();
         out
+    }
+
+    #[test]
+    fn stores_sharing_a_directory_never_clear_each_other() {
+        let base = std::env::temp_dir().join(format!("floe-state-slots-{}", std::process::id()));
+        let mut first = StateStore::open(&base, 8 << 20).unwrap();
+        first.put(0, 0, b"k", b"first").unwrap();
+        // A second store (another replica on this host) takes the next slot and leaves the
+        // first one's data alone.
+        let second = StateStore::open(&base, 8 << 20).unwrap();
+        assert_ne!(second.dir(), first.dir());
+        assert_eq!(
+            first.get(0, 0, b"k").unwrap().as_deref(),
+            Some(&b"first"[..])
+        );
+        assert_eq!(second.get(0, 0, b"k").unwrap(), None);
+        // A slot is free again once its store is gone (a stopped or killed process).
+        let first_dir = first.dir().to_path_buf();
+        drop(first);
+        let third = StateStore::open(&base, 8 << 20).unwrap();
+        assert_eq!(third.dir(), first_dir);
+        assert_eq!(
+            third.get(0, 0, b"k").unwrap(),
+            None,
+            "a claimed slot starts empty"
+        );
     }
 
     #[test]
