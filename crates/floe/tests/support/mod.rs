@@ -98,8 +98,15 @@ pub(crate) fn http_get(port: u16, path: &str) -> String {
 
 /// Starts `floe run JOB` with its log appended to `log`.
 pub(crate) fn spawn_floe(job: &Path, log: &Path) -> std::process::Child {
+    spawn_floe_with(job, log, &[])
+}
+
+/// Starts `floe run JOB` with its log appended to `log` and `env` set (a shipped job file's
+/// `${VAR}`s).
+pub(crate) fn spawn_floe_with(job: &Path, log: &Path, env: &[(&str, &str)]) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_floe"))
         .args(["run", job.to_str().unwrap()])
+        .envs(env.iter().copied())
         .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::null())
         .stderr(
