@@ -7,7 +7,8 @@
 //! same number of values, so an order mistake fails loudly in tests rather than writing a
 //! shifted table.
 //!
-//! Conversions (`../shared/reference/otlp.md` §3): ids become lowercase hex (empty or all-zero
+//! This module maps each signal onto its table's columns; the cursor lives in `cursor`, the
+//! value conversions in `values`. Conversions (`../shared/reference/otlp.md` §3): ids become lowercase hex (empty or all-zero
 //! → NULL); attributes become `map<string,string>` (scalars stringified, arrays and kvlists as
 //! JSON, bytes as base64); times are kept raw in `*_unix_nano` and as µs `timestamptz`.
 
@@ -32,6 +33,13 @@ use opentelemetry_proto::tonic::trace::v1::TracesData;
 
 use crate::schema::OtlpTable;
 
+mod cursor;
+mod values;
+
+use cursor::*;
+use values::*;
+pub use values::{any_to_string, hex_id};
+
 /// Where a record came from: written on every row it produces.
 #[derive(Debug, Clone, Copy)]
 pub struct Lineage<'a> {
@@ -43,219 +51,6 @@ pub struct Lineage<'a> {
     pub offset: i64,
     /// When Floe read it, µs since the epoch.
     pub ingested_at_us: i64,
-}
-
-type AnyBuilder = Box<dyn ArrayBuilder>;
-
-/// Rows the builders have room for before they grow (the job hands over every 64k rows).
-const INITIAL_ROWS: usize = 16 * 1024;
-type StrMapBuilder = MapBuilder<AnyBuilder, AnyBuilder>;
-type AnyListBuilder = ListBuilder<AnyBuilder>;
-
-/// Builders for one table.
-struct TableColumns {
-    schema: SchemaRef,
-    columns: Vec<AnyBuilder>,
-    rows: usize,
-}
-
-impl TableColumns {
-    fn new(schema: SchemaRef) -> Self {
-        let columns = schema
-            .fields()
-            .iter()
-            .map(|f| make_builder(f.data_type(), INITIAL_ROWS))
-            .collect();
-        Self {
-            schema,
-            columns,
-            rows: 0,
-        }
-    }
-
-    fn row(&mut self) -> Row<'_, Vec<AnyBuilder>> {
-        self.rows += 1;
-        Row {
-            slots: &mut self.columns,
-            next: 0,
-        }
-    }
-
-    fn finish(&mut self) -> RecordBatch {
-        let arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|c| c.finish()).collect();
-        self.rows = 0;
-        RecordBatch::try_new(self.schema.clone(), arrays)
-            .expect("rows are appended in schema order, one value per column")
-    }
-}
-
-/// Builders addressed by position: a table's columns or a struct's fields.
-trait Slots {
-    fn slot<B: ArrayBuilder>(&mut self, index: usize) -> &mut B;
-}
-
-impl Slots for Vec<AnyBuilder> {
-    fn slot<B: ArrayBuilder>(&mut self, index: usize) -> &mut B {
-        self[index]
-            .as_any_mut()
-            .downcast_mut::<B>()
-            .unwrap_or_else(|| panic!("column {index} has another builder type"))
-    }
-}
-
-impl Slots for StructBuilder {
-    fn slot<B: ArrayBuilder>(&mut self, index: usize) -> &mut B {
-        self.field_builder::<B>(index)
-            .unwrap_or_else(|| panic!("struct field {index} has another builder type"))
-    }
-}
-
-/// Appends one value to each column in order.
-struct Row<'a, S: Slots> {
-    slots: &'a mut S,
-    next: usize,
-}
-
-fn downcast<B: ArrayBuilder>(builder: &mut AnyBuilder) -> &mut B {
-    builder
-        .as_any_mut()
-        .downcast_mut::<B>()
-        .expect("nested builder of the schema's type")
-}
-
-impl<S: Slots> Row<'_, S> {
-    fn builder<B: ArrayBuilder>(&mut self) -> &mut B {
-        let index = self.next;
-        self.next += 1;
-        self.slots.slot::<B>(index)
-    }
-
-    fn str(&mut self, value: Option<&str>) {
-        self.builder::<StringBuilder>().append_option(value);
-    }
-
-    /// A string column where the empty string means "not set".
-    fn text(&mut self, value: &str) {
-        self.str((!value.is_empty()).then_some(value));
-    }
-
-    fn long(&mut self, value: Option<i64>) {
-        self.builder::<Int64Builder>().append_option(value);
-    }
-
-    fn int(&mut self, value: Option<i32>) {
-        self.builder::<Int32Builder>().append_option(value);
-    }
-
-    fn uint(&mut self, value: u32) {
-        // Iceberg has no unsigned types: counts and flags are bit-cast.
-        self.int(Some(value as i32));
-    }
-
-    fn double(&mut self, value: Option<f64>) {
-        self.builder::<Float64Builder>().append_option(value);
-    }
-
-    fn bool(&mut self, value: Option<bool>) {
-        self.builder::<BooleanBuilder>().append_option(value);
-    }
-
-    fn ts(&mut self, unix_nano: Option<u64>) {
-        self.builder::<TimestampMicrosecondBuilder>()
-            .append_option(unix_nano.map(nanos_to_micros));
-    }
-
-    fn nanos(&mut self, unix_nano: u64) {
-        self.long(Some(unix_nano as i64));
-    }
-
-    /// A `*_unix_nano` column where 0 means "not set".
-    fn nanos_opt(&mut self, unix_nano: u64) {
-        self.long((unix_nano != 0).then_some(unix_nano as i64));
-    }
-
-    fn id(&mut self, bytes: &[u8]) {
-        let mut buffer = [0u8; 64];
-        let hex = hex_into(bytes, &mut buffer);
-        self.str(hex);
-    }
-
-    fn attributes(&mut self, attributes: &[KeyValue]) {
-        let map = self.builder::<StrMapBuilder>();
-        let mut text = String::new();
-        for kv in attributes {
-            downcast::<StringBuilder>(map.keys()).append_value(&kv.key);
-            let values = downcast::<StringBuilder>(map.values());
-            match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                // The common case, without a copy.
-                Some(any_value::Value::StringValue(s)) => values.append_value(s),
-                Some(_) => {
-                    text.clear();
-                    write_any(kv.value.as_ref().expect("matched"), &mut text);
-                    values.append_value(&text);
-                }
-                None => values.append_null(),
-            }
-        }
-        map.append(true).expect("keys and values appended in pairs");
-    }
-
-    fn longs(&mut self, values: &[u64]) {
-        let list = self.builder::<AnyListBuilder>();
-        let items = downcast::<Int64Builder>(list.values());
-        for v in values {
-            items.append_value(*v as i64);
-        }
-        list.append(true);
-    }
-
-    fn doubles(&mut self, values: &[f64]) {
-        let list = self.builder::<AnyListBuilder>();
-        let items = downcast::<Float64Builder>(list.values());
-        for v in values {
-            items.append_value(*v);
-        }
-        list.append(true);
-    }
-
-    /// A `list<struct>` column: `fill` appends each element's fields through a nested row.
-    fn structs<I>(
-        &mut self,
-        items: impl IntoIterator<Item = I>,
-        fill: impl Fn(&mut Row<'_, StructBuilder>, I),
-    ) {
-        let list = self.builder::<AnyListBuilder>();
-        let elements = downcast::<StructBuilder>(list.values());
-        for item in items {
-            let mut row = Row {
-                slots: &mut *elements,
-                next: 0,
-            };
-            fill(&mut row, item);
-            elements.append(true);
-        }
-        list.append(true);
-    }
-}
-
-/// A numeric value that is either a double or an exact integer: written as `value` (double)
-/// and `value_int` (exact, only for integers).
-#[derive(Clone, Copy)]
-enum Number {
-    Double(f64),
-    Int(i64),
-}
-
-impl<S: Slots> Row<'_, S> {
-    fn number(&mut self, value: Option<Number>) {
-        let (double, int) = match value {
-            Some(Number::Double(d)) => (Some(d), None),
-            Some(Number::Int(i)) => (Some(i as f64), Some(i)),
-            None => (None, None),
-        };
-        self.double(double);
-        self.long(int);
-    }
 }
 
 /// Appends data points of one metric to its kind's table.
@@ -347,103 +142,6 @@ point!(ExponentialHistogramDataPoint, p => &p.exemplars);
 // Summaries carry no exemplars.
 point!(SummaryDataPoint, _p => &[]);
 
-fn nanos_to_micros(unix_nano: u64) -> i64 {
-    (unix_nano / 1_000) as i64
-}
-
-/// Lowercase hex of an id; `None` for an empty or all-zero id.
-pub fn hex_id(bytes: &[u8]) -> Option<String> {
-    let mut buffer = vec![0u8; bytes.len() * 2];
-    hex_into(bytes, &mut buffer).map(str::to_string)
-}
-
-/// Lowercase hex of an id written into `buffer`; `None` for an empty or all-zero id, or one
-/// longer than half the buffer.
-fn hex_into<'b>(bytes: &[u8], buffer: &'b mut [u8]) -> Option<&'b str> {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    if bytes.iter().all(|b| *b == 0) || bytes.len() * 2 > buffer.len() {
-        return None;
-    }
-    for (i, b) in bytes.iter().enumerate() {
-        buffer[2 * i] = DIGITS[(b >> 4) as usize];
-        buffer[2 * i + 1] = DIGITS[(b & 0x0f) as usize];
-    }
-    std::str::from_utf8(&buffer[..bytes.len() * 2]).ok()
-}
-
-/// An attribute value as a string: scalars as text, bytes as base64, arrays and kvlists as JSON.
-pub fn any_to_string(value: &AnyValue) -> String {
-    let mut out = String::new();
-    write_any(value, &mut out);
-    out
-}
-
-/// [`any_to_string`] into a reused buffer.
-fn write_any(value: &AnyValue, out: &mut String) {
-    match &value.value {
-        Some(any_value::Value::StringValue(s)) => out.push_str(s),
-        Some(any_value::Value::BoolValue(b)) => out.push_str(if *b { "true" } else { "false" }),
-        Some(any_value::Value::IntValue(i)) => {
-            let _ = write!(out, "{i}");
-        }
-        Some(any_value::Value::DoubleValue(d)) => {
-            let _ = write!(out, "{d}");
-        }
-        Some(any_value::Value::BytesValue(b)) => {
-            base64::engine::general_purpose::STANDARD.encode_string(b, out)
-        }
-        Some(any_value::Value::ArrayValue(_)) | Some(any_value::Value::KvlistValue(_)) => {
-            let _ = write!(out, "{}", any_to_json(value));
-        }
-        // String-table references (profiles only) and unset values.
-        Some(any_value::Value::StringValueStrindex(i)) => {
-            let _ = write!(out, "{i}");
-        }
-        None => {}
-    }
-}
-
-fn any_to_json(value: &AnyValue) -> serde_json::Value {
-    use serde_json::Value as J;
-    match &value.value {
-        Some(any_value::Value::StringValue(s)) => J::from(s.as_str()),
-        Some(any_value::Value::BoolValue(b)) => J::from(*b),
-        Some(any_value::Value::IntValue(i)) => J::from(*i),
-        Some(any_value::Value::DoubleValue(d)) => J::from(*d),
-        Some(any_value::Value::BytesValue(b)) => {
-            J::from(base64::engine::general_purpose::STANDARD.encode(b))
-        }
-        Some(any_value::Value::ArrayValue(a)) => {
-            J::Array(a.values.iter().map(any_to_json).collect())
-        }
-        Some(any_value::Value::KvlistValue(kv)) => J::Object(
-            kv.values
-                .iter()
-                .map(|kv| {
-                    let v = kv.value.as_ref().map(any_to_json).unwrap_or(J::Null);
-                    (kv.key.clone(), v)
-                })
-                .collect(),
-        ),
-        Some(any_value::Value::StringValueStrindex(i)) => J::from(*i),
-        None => J::Null,
-    }
-}
-
-fn body_type(value: Option<&AnyValue>) -> &'static str {
-    match value.and_then(|v| v.value.as_ref()) {
-        Some(any_value::Value::StringValue(_)) => "string",
-        Some(any_value::Value::BoolValue(_)) => "bool",
-        Some(any_value::Value::IntValue(_)) => "int",
-        Some(any_value::Value::DoubleValue(_)) => "double",
-        Some(any_value::Value::BytesValue(_)) => "bytes",
-        Some(any_value::Value::ArrayValue(_)) => "array",
-        Some(any_value::Value::KvlistValue(_)) => "kvlist",
-        Some(any_value::Value::StringValueStrindex(_)) => "int",
-        None => "empty",
-    }
-}
-
 /// The resource and scope part every row carries.
 struct Context<'a> {
     resource: Option<&'a Resource>,
@@ -518,25 +216,6 @@ fn lineage<S: Slots>(row: &mut Row<'_, S>, from: &Lineage<'_>, item: i32) {
     row.int(Some(item));
     row.builder::<TimestampMicrosecondBuilder>()
         .append_value(from.ingested_at_us);
-}
-
-fn span_kind(kind: i32) -> &'static str {
-    match kind {
-        1 => "INTERNAL",
-        2 => "SERVER",
-        3 => "CLIENT",
-        4 => "PRODUCER",
-        5 => "CONSUMER",
-        _ => "UNSPECIFIED",
-    }
-}
-
-fn status_code(code: i32) -> &'static str {
-    match code {
-        1 => "OK",
-        2 => "ERROR",
-        _ => "UNSET",
-    }
 }
 
 /// Arrow builders for every OTLP table; append decoded requests, then [`Self::finish`].
