@@ -23,19 +23,26 @@ pub fn init_logs(json: bool, default_level: &str) {
     }
 }
 
-/// Resolves on the first SIGTERM or SIGINT (Ctrl-C).
-pub async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
+/// Listens for SIGTERM and SIGINT (Ctrl-C) from the moment it is called, and resolves on the
+/// first: a signal that arrives before the returned future is polled (a process still
+/// starting) is kept, not left to the default action that would kill the process.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    let terminate = signal(SignalKind::terminate()).ok();
+    let interrupt = signal(SignalKind::interrupt()).ok();
+    let first = |s: Option<Signal>| async move {
+        match s {
+            Some(mut s) => {
                 s.recv().await;
             }
-            Err(_) => std::future::pending::<()>().await,
+            None => std::future::pending::<()>().await,
         }
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
+    async move {
+        tokio::select! {
+            () = first(terminate) => {}
+            () = first(interrupt) => {}
+        }
     }
 }
 

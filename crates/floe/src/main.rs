@@ -178,6 +178,7 @@ async fn run(
     source: SourceConfig,
     options: RunOptions,
     from_savepoint: Option<String>,
+    shutdown: CancellationToken,
 ) -> anyhow::Result<RunSummary> {
     let (embedded, client) = catalog(&config).await?;
     if let Some(name) = &from_savepoint {
@@ -197,12 +198,6 @@ async fn run(
             .with_context(|| format!("cannot serve metrics on {listen}"))?;
         tracing::info!(%addr, "metrics at /metrics");
     }
-    let shutdown = CancellationToken::new();
-    let on_signal = shutdown.clone();
-    tokio::spawn(async move {
-        floe_process::shutdown_signal().await;
-        on_signal.cancel();
-    });
     let bytes = Some(metrics.bytes.clone());
     let summary = match source {
         SourceConfig::Kafka(settings, format) => {
@@ -320,7 +315,7 @@ fn newest_metadata(warehouse: &Path) -> Vec<(String, PathBuf)> {
     out
 }
 
-async fn quickstart(dir: &Path, duration: &str) -> anyhow::Result<()> {
+async fn quickstart(dir: &Path, duration: &str, shutdown: CancellationToken) -> anyhow::Result<()> {
     // The built-in job's defaults, replaced by the flags.
     let text = QUICKSTART
         .replace(
@@ -335,7 +330,7 @@ async fn quickstart(dir: &Path, duration: &str) -> anyhow::Result<()> {
         "floe quickstart: generating OpenTelemetry data for {duration} into {}/warehouse",
         dir.display()
     );
-    let summary = run(config, source, RunOptions::default(), None).await?;
+    let summary = run(config, source, RunOptions::default(), None, shutdown).await?;
     let warehouse = absolute(&dir.join("warehouse"))?;
     println!(
         "\n{} checkpoints committed; rows: {}",
@@ -370,9 +365,33 @@ async fn quickstart(dir: &Path, duration: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A token cancelled on the first SIGTERM or SIGINT, listening from now on.
+fn stopping() -> CancellationToken {
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    let signal = floe_process::shutdown_signal();
+    tokio::spawn(async move {
+        signal.await;
+        on_signal.cancel();
+    });
+    shutdown
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Jobs listen from the first instant: a SIGTERM while one still starts (reading its file,
+    // connecting, creating tables) stops it cleanly once it can, with nothing to commit. The
+    // other commands keep the default (a signal ends them).
+    let runs_a_job = matches!(
+        cli.command,
+        Command::Run { .. } | Command::Quickstart { .. }
+    );
+    let shutdown = if runs_a_job {
+        stopping()
+    } else {
+        CancellationToken::new()
+    };
     floe_process::init_logs(cli.log_json, "info");
     let result = match cli.command {
         Command::Validate { files } => {
@@ -402,7 +421,7 @@ async fn main() -> ExitCode {
         } => match load(&job) {
             Ok((config, source)) => {
                 let options = RunOptions { allow_state_reset };
-                run(config, source, options, from_savepoint)
+                run(config, source, options, from_savepoint, shutdown)
                     .await
                     .map(|summary| {
                         tracing::info!(?summary, "job stopped");
@@ -425,7 +444,7 @@ async fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         },
-        Command::Quickstart { dir, duration } => quickstart(&dir, &duration).await,
+        Command::Quickstart { dir, duration } => quickstart(&dir, &duration, shutdown).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,7 +1,8 @@
 //! The `floe` command as a user runs it: `validate` and `run` refuse bad job files with
 //! `file:line:col` and exit code 2; the example jobs validate; `quickstart` lands generated
 //! data that DuckDB reads back (when `FLOE_TEST_PYTHON` is set); a table created earlier with
-//! fewer columns gains the format's columns by schema evolution.
+//! fewer columns gains the format's columns by schema evolution; a job stopped with SIGTERM
+//! while it still starts exits 0.
 
 use std::path::Path;
 use std::process::Command;
@@ -109,6 +110,48 @@ fn bad_cdc_job_files_are_refused_with_their_place() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A replica stopped right after it was started (a rolling restart, a scale-down) must stop
+/// cleanly, not die of the signal's default action while it is still connecting: SIGTERM
+/// once the process speaks (its first line, before the catalog and the tables), and a little
+/// later.
+#[test]
+fn a_job_stopped_while_it_starts_exits_cleanly() {
+    use std::io::BufRead;
+    for delay_ms in [0, 30, 150] {
+        let dir = temp_dir("early-stop");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_floe"))
+            .args([
+                "quickstart",
+                "--duration",
+                "60s",
+                "--dir",
+                dir.to_str().unwrap(),
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut first = String::new();
+        stderr.read_line(&mut first).unwrap();
+        assert!(first.contains("floe quickstart"), "{first}");
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+        let status = child.wait().unwrap();
+        assert!(
+            status.success(),
+            "SIGTERM {delay_ms} ms after its first line: {status:?}\n{rest}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 #[test]
