@@ -85,6 +85,26 @@ async fn append(catalog: &RestCatalog, table: &Table, ids: &[i64], regions: &[&s
     tx.commit(catalog).await.expect("append commits")
 }
 
+/// Table `name` of (id long, region string), partitioned by region.
+fn clicks_creation(name: &str) -> TableCreation {
+    let schema = Schema::builder()
+        .with_fields(vec![
+            NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            NestedField::optional(2, "region", Type::Primitive(PrimitiveType::String)).into(),
+        ])
+        .build()
+        .unwrap();
+    let spec = UnboundPartitionSpec::builder()
+        .add_partition_field(2, "region", Transform::Identity)
+        .unwrap()
+        .build();
+    TableCreation::builder()
+        .name(name.into())
+        .schema(schema)
+        .partition_spec(spec)
+        .build()
+}
+
 async fn scan_ids(table: &Table) -> Vec<i64> {
     let batches: Vec<RecordBatch> = table
         .scan()
@@ -132,23 +152,10 @@ async fn iceberg_rust_rest_catalog_round_trip() {
             "rust"
         );
 
-        let schema = Schema::builder()
-            .with_fields(vec![
-                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
-                NestedField::optional(2, "region", Type::Primitive(PrimitiveType::String)).into(),
-            ])
-            .build()
+        let table = catalog
+            .create_table(&ns, clicks_creation("clicks"))
+            .await
             .unwrap();
-        let spec = UnboundPartitionSpec::builder()
-            .add_partition_field(2, "region", Transform::Identity)
-            .unwrap()
-            .build();
-        let creation = TableCreation::builder()
-            .name("clicks".into())
-            .schema(schema)
-            .partition_spec(spec)
-            .build();
-        let table = catalog.create_table(&ns, creation).await.unwrap();
         let ident = TableIdent::new(ns.clone(), "clicks".into());
         assert!(catalog.table_exists(&ident).await.unwrap());
 
@@ -232,23 +239,10 @@ async fn snapshots_are_listed_in_commit_order() {
     let catalog = client(&h).await;
     let ns = NamespaceIdent::new("ordered".into());
     catalog.create_namespace(&ns, HashMap::new()).await.unwrap();
-    let schema = Schema::builder()
-        .with_fields(vec![
-            NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
-            NestedField::optional(2, "region", Type::Primitive(PrimitiveType::String)).into(),
-        ])
-        .build()
+    let mut table = catalog
+        .create_table(&ns, clicks_creation("many"))
+        .await
         .unwrap();
-    let spec = UnboundPartitionSpec::builder()
-        .add_partition_field(2, "region", Transform::Identity)
-        .unwrap()
-        .build();
-    let creation = TableCreation::builder()
-        .name("many".into())
-        .schema(schema)
-        .partition_spec(spec)
-        .build();
-    let mut table = catalog.create_table(&ns, creation).await.unwrap();
     let commits = 24;
     for i in 0..commits {
         table = append(&catalog, &table, &[i], &["eu"]).await;

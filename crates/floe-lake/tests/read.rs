@@ -21,7 +21,7 @@ use futures::TryStreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{Literal, NestedField, PrimitiveType, Schema, Type};
 use support::common::{Harness, backends};
-use support::{commit, create_table, locate, write_data};
+use support::{commit, create_table, locate, scan_batches, write_data};
 
 /// A row as read back: id, name, extra.
 type Row = (i64, Option<String>, Option<i32>);
@@ -124,22 +124,6 @@ async fn ours(table: &LoadedTable, request: ReadRequest) -> Vec<RecordBatch> {
         .unwrap()
 }
 
-async fn iceberg_rust(table: &LoadedTable) -> Vec<RecordBatch> {
-    table
-        .to_table()
-        .unwrap()
-        .scan()
-        .select_all()
-        .build()
-        .unwrap()
-        .to_arrow()
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_rows_follow_every_delete_rule() {
     let h = Harness::start(&backends()[0]).await;
@@ -203,7 +187,7 @@ async fn live_rows_follow_every_delete_rule() {
     assert_eq!(read.len(), expected.len());
     assert_eq!(read, expected, "floe_lake::read");
     assert_eq!(
-        to_rows(&iceberg_rust(&table).await),
+        to_rows(&scan_batches(&table, None).await),
         expected,
         "iceberg-rust"
     );
