@@ -266,19 +266,8 @@ pub(crate) async fn read_group(
     let request = ReadRequest::current()
         .snapshot(start)
         .files(move |_, file| inputs.contains(file.file_path()));
-    let stream = read_live(table, request).await?;
-    // Our reader's batches have the current schema; `schema` names the same fields.
-    Ok(stream
-        .map(move |batch| {
-            RecordBatch::try_new(schema.clone(), batch?.columns().to_vec()).map_err(|e| {
-                LakeError::new(
-                    ErrorKind::Invalid,
-                    "rows read back do not match the table schema",
-                )
-                .with_source(e)
-            })
-        })
-        .boxed())
+    // Its batches already have the table's current schema, field ids included.
+    read_live(table, request).await
 }
 
 /// Reads a group's rows as of the starting snapshot, deletes applied, and writes them anew.
