@@ -18,6 +18,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod idempotency;
 pub mod ident;
 pub mod metadata_json;
 pub mod metrics;

@@ -17,9 +17,10 @@ use iceberg::{MetadataLocation, TableCreation, TableRequirement, TableUpdate};
 use iceberg_catalog_rest::{CreateTableRequest, LoadTableResult, RegisterTableRequest};
 
 use crate::error::{ApiError, ApiResult, ErrorType};
+use crate::idempotency::IdempotencyContext;
 use crate::ident::{Namespace, TableName};
 use crate::metrics::Metrics;
-use crate::store::{CatalogStore, IdempotencyRecord, PointerSwap, StoredResponse, SwapOutcome};
+use crate::store::{CatalogStore, PointerSwap, SwapOutcome};
 use crate::warehouse::{Warehouse, namespace_location};
 
 /// How many times a commit is attempted when another writer wins the swap.
@@ -40,17 +41,6 @@ pub struct TableChange {
     pub requirements: Vec<TableRequirement>,
     /// Changes to apply, in order.
     pub updates: Vec<TableUpdate>,
-}
-
-/// The idempotency key of the request being served and the hash of its content.
-#[derive(Debug, Clone)]
-pub struct IdempotencyContext {
-    /// The client's key.
-    pub key: String,
-    /// Hash of method, path and body.
-    pub request_hash: String,
-    /// When the record may be forgotten (ms since the epoch).
-    pub expires_at_ms: i64,
 }
 
 /// The result of one committed table.
@@ -304,15 +294,7 @@ impl Catalog {
                 })
                 .collect();
             let (status, body) = respond(&committed);
-            let record = idempotency.map(|ctx| IdempotencyRecord {
-                key: ctx.key.clone(),
-                response: StoredResponse {
-                    request_hash: ctx.request_hash.clone(),
-                    status,
-                    body: body.clone(),
-                },
-                expires_at_ms: ctx.expires_at_ms,
-            });
+            let record = idempotency.map(|ctx| ctx.record(status, body.clone()));
             // Tables with no change keep their pointer; only written tables are swapped.
             let swaps: Vec<PointerSwap> = prepared
                 .iter()

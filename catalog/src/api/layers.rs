@@ -49,7 +49,7 @@ pub(super) fn now_ms() -> i64 {
         .unwrap_or_default()
 }
 
-/// Honours `Idempotency-Key` on mutations: a replay of a remembered request gets the first
+/// Honours `Idempotency-Key` on mutations ([`crate::idempotency`]): a replay gets the first
 /// response and applies nothing; the same key with a different request gets 422. Commits store
 /// their response in the swap's own transaction; other mutations are remembered here.
 pub(super) async fn idempotency(
@@ -78,34 +78,29 @@ pub(super) async fn idempotency(
                 .into_response();
         }
     };
-    let mut hasher = Sha256::new();
-    hasher.update(parts.method.as_str().as_bytes());
-    hasher.update(b" ");
-    hasher.update(parts.uri.to_string().as_bytes());
-    hasher.update(b"\n");
-    hasher.update(&bytes);
-    let request_hash = format!("{:x}", hasher.finalize());
     let now = now_ms();
-    match state.catalog.store().remembered(&key, now).await {
-        Ok(Some(stored)) if stored.request_hash == request_hash => {
-            tracing::debug!(%key, "replaying idempotent response");
+    let context = IdempotencyContext::new(
+        key,
+        parts.method.as_str(),
+        &parts.uri.to_string(),
+        &bytes,
+        now,
+    );
+    match state.catalog.seen(&context, now).await {
+        Ok(Seen::New) => {}
+        Ok(Seen::Replay(stored)) => {
+            tracing::debug!(key = %context.key, "replaying idempotent response");
             return stored_response(stored.status, stored.body, true);
         }
-        Ok(Some(_)) => {
+        Ok(Seen::Conflict) => {
             return ApiError::new(
                 ErrorType::Unprocessable,
                 "this Idempotency-Key was already used for a different request",
             )
             .into_response();
         }
-        Ok(None) => {}
         Err(e) => return e.into_response(),
     }
-    let context = IdempotencyContext {
-        key: key.clone(),
-        request_hash: request_hash.clone(),
-        expires_at_ms: now + IDEMPOTENCY_LIFETIME_MS,
-    };
     let mut request = Request::from_parts(parts, Body::from(bytes));
     request.extensions_mut().insert(context.clone());
     let response = next.run(request).await;
@@ -123,16 +118,12 @@ pub(super) async fn idempotency(
                 .into_response();
         }
     };
-    let record = IdempotencyRecord {
-        key,
-        response: StoredResponse {
-            request_hash,
-            status: parts.status.as_u16(),
-            body: String::from_utf8_lossy(&bytes).into_owned(),
-        },
-        expires_at_ms: context.expires_at_ms,
-    };
-    if let Err(error) = state.catalog.store().remember(&record).await {
+    let body = String::from_utf8_lossy(&bytes).into_owned();
+    if let Err(error) = state
+        .catalog
+        .remember(&context, parts.status.as_u16(), body)
+        .await
+    {
         tracing::warn!(%error, "could not remember an idempotent response");
     }
     Response::from_parts(parts, Body::from(bytes))

@@ -35,11 +35,11 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult, ErrorType};
+use crate::idempotency::{self, IdempotencyContext, Seen};
 use crate::ident::{Namespace, TableName};
 use crate::metadata_json;
 use crate::metrics::Metrics;
-use crate::service::{Catalog, Committed, IdempotencyContext, TableChange, load_result};
-use crate::store::{IdempotencyRecord, StoredResponse};
+use crate::service::{Catalog, Committed, TableChange, load_result};
 
 mod layers;
 mod namespaces;
@@ -70,11 +70,6 @@ pub const ENDPOINTS: &[&str] = &[
     "POST /v1/{prefix}/tables/rename",
     "POST /v1/{prefix}/transactions/commit",
 ];
-
-/// How long a response is remembered under an `Idempotency-Key`, as advertised (ISO 8601).
-pub const IDEMPOTENCY_LIFETIME: &str = "PT30M";
-
-const IDEMPOTENCY_LIFETIME_MS: i64 = 30 * 60 * 1000;
 
 /// Request bodies larger than this are refused (commits of wide schemas stay far below).
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
@@ -202,7 +197,7 @@ async fn config(State(state): State<AppState>) -> Json<Value> {
         "defaults": state.catalog.warehouse().client_config(),
         "overrides": overrides,
         "endpoints": ENDPOINTS,
-        "idempotency-key-lifetime": IDEMPOTENCY_LIFETIME,
+        "idempotency-key-lifetime": idempotency::LIFETIME,
     }))
 }
 
