@@ -181,7 +181,7 @@ fn quickstart_lands_data_duckdb_reads() {
         stdout.contains("iceberg_scan('"),
         "prints DuckDB queries:\n{stdout}"
     );
-    if support::service("FLOE_TEST_PYTHON").is_none() {
+    if support::optional_service("FLOE_TEST_PYTHON").is_none() {
         return;
     }
     // Run the printed span query as a user would paste it.

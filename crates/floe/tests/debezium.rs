@@ -206,8 +206,7 @@ fn run_until_caught_up(
     }
 }
 
-/// A catalog in this process, a temp dir, a fresh topic prefix and a producer; `None` (skip)
-/// without the services.
+/// A catalog in this process, a temp dir, a fresh topic prefix and a producer.
 struct Fixture {
     brokers: String,
     dir: std::path::PathBuf,
@@ -218,13 +217,9 @@ struct Fixture {
 }
 
 impl Fixture {
-    async fn new(tag: &str) -> Option<Self> {
-        let (Some(brokers), Some(_)) = (
-            service("FLOE_TEST_KAFKA_BROKERS"),
-            service("FLOE_TEST_PYTHON"),
-        ) else {
-            return None;
-        };
+    async fn new(tag: &str) -> Self {
+        let brokers = service("FLOE_TEST_KAFKA_BROKERS");
+        service("FLOE_TEST_PYTHON");
         let dir = temp_dir(tag);
         let (catalog, client) = start_catalog(&dir).await;
         let producer: FutureProducer = ClientConfig::new()
@@ -232,14 +227,14 @@ impl Fixture {
             .set("linger.ms", "5")
             .create()
             .unwrap();
-        Some(Self {
+        Self {
             brokers,
             dir,
             catalog,
             client,
             prefix: format!("dbz{}", uuid::Uuid::new_v4().simple()),
             producer,
-        })
+        }
     }
 
     /// A job file reading `topics` (see [`job_file`]).
@@ -266,10 +261,9 @@ impl Fixture {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn debezium_topics_become_upserted_tables() {
-    let Some(f) = Fixture::new("debezium").await else {
-        return;
-    };
+    let f = Fixture::new("debezium").await;
     let (dir, client, producer) = (&f.dir, &f.client, &f.producer);
     let customers = format!("{}.public.customers", f.prefix);
     let orders = format!("{}.inventory.orders", f.prefix);
@@ -456,10 +450,9 @@ async fn debezium_topics_become_upserted_tables() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn debezium_upserts_land_exactly_once_through_kill_9() {
-    let Some(f) = Fixture::new("debezium-chaos").await else {
-        return;
-    };
+    let f = Fixture::new("debezium-chaos").await;
     let (dir, client, producer) = (&f.dir, &f.client, &f.producer);
     let topic = format!("{}.public.kv", f.prefix);
     create_topic(&f.brokers, &topic, 3).await;
@@ -573,10 +566,9 @@ fn kv_event(op: &str, id: i64, version: i64, lsn: u64) -> Value {
 /// with replicas joining and leaving mid-stream, never move a committed position back, and
 /// readers never see a key go back to an older image or come back after its delete.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn debezium_replicas_never_rewind_positions_or_rows() {
-    let Some(f) = Fixture::new("debezium-replicas").await else {
-        return;
-    };
+    let f = Fixture::new("debezium-replicas").await;
     let (client, producer) = (&f.client, &f.producer);
     const PARTITIONS: i64 = 6;
     let topic = format!("{}.public.kv", f.prefix);

@@ -7,8 +7,8 @@
 //! table of the job (the dead-letter anchor included) while it commits, the job killed right
 //! after each expiry.
 //!
-//! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`); skipped
-//! without them unless `FLOE_REQUIRE_SERVICES=1`. `FLOE_CHAOS_KILLS` sets the number of kills
+//! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`): the
+//! tests are ignored without `--include-ignored`, which `tests/run` passes. `FLOE_CHAOS_KILLS` sets the number of kills
 //! (default 20).
 
 use std::path::PathBuf;
@@ -123,13 +123,9 @@ struct Fixture {
 }
 
 impl Fixture {
-    async fn new(tag: &str) -> Option<Self> {
-        let (Some(brokers), Some(_)) = (
-            service("FLOE_TEST_KAFKA_BROKERS"),
-            service("FLOE_TEST_PYTHON"),
-        ) else {
-            return None;
-        };
+    async fn new(tag: &str) -> Self {
+        let brokers = service("FLOE_TEST_KAFKA_BROKERS");
+        service("FLOE_TEST_PYTHON");
         let dir = temp_dir(tag);
         let (catalog, client) = start_catalog(&dir).await;
         let run_id = uuid::Uuid::new_v4().simple().to_string();
@@ -154,7 +150,7 @@ impl Fixture {
             .set("linger.ms", "5")
             .create()
             .unwrap();
-        Some(Self {
+        Self {
             dir,
             brokers,
             catalog,
@@ -169,7 +165,7 @@ impl Fixture {
                 ends: Default::default(),
             },
             run_id,
-        })
+        }
     }
 
     /// A job file for one replica (`instance` becomes its static group membership).
@@ -298,11 +294,10 @@ state_dir = "{state}"
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn otlp_from_kafka_lands_exactly_once_through_kill_9() {
     let _one_at_a_time = SERIAL.lock().await;
-    let Some(mut f) = Fixture::new("otlp-kafka").await else {
-        return;
-    };
+    let mut f = Fixture::new("otlp-kafka").await;
     let kills = kills();
     let job = f.job("0");
     let mut child = spawn_floe(&job, &f.log());
@@ -336,11 +331,10 @@ async fn otlp_from_kafka_lands_exactly_once_through_kill_9() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn two_replicas_share_the_partitions_and_survive_a_kill() {
     let _one_at_a_time = SERIAL.lock().await;
-    let Some(mut f) = Fixture::new("otlp-replicas").await else {
-        return;
-    };
+    let mut f = Fixture::new("otlp-replicas").await;
     let rounds = (kills() / 2).max(4);
     let (job_a, job_b) = (f.job("a"), f.job("b"));
     let a = spawn_floe(&job_a, &f.log());
@@ -385,11 +379,10 @@ async fn two_replicas_share_the_partitions_and_survive_a_kill() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn compaction_and_expiry_while_the_job_commits_and_dies_lose_nothing() {
     let _one_at_a_time = SERIAL.lock().await;
-    let Some(mut f) = Fixture::new("otlp-maintenance").await else {
-        return;
-    };
+    let mut f = Fixture::new("otlp-maintenance").await;
     // Expire everything but the newest snapshot (and what recovery needs), compact anything.
     let config = floe_maintenance::config::MaintenanceConfig::from_toml(
         None,

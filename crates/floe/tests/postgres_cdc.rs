@@ -12,8 +12,8 @@
 //! * **bad input** — a table without a primary key and a column of an unsupported type stop
 //!   the job at start with errors naming them.
 //!
-//! Needs `FLOE_TEST_PG_URL` and `FLOE_TEST_PYTHON` (from `tests/services/up`); skipped
-//! without them unless `FLOE_REQUIRE_SERVICES=1`. `FLOE_CHAOS_KILLS` sets the number of kills
+//! Needs `FLOE_TEST_PG_URL` and `FLOE_TEST_PYTHON` (from `tests/services/up`): the
+//! tests are ignored without `--include-ignored`, which `tests/run` passes. `FLOE_CHAOS_KILLS` sets the number of kills
 //! (default 20).
 
 use std::path::{Path, PathBuf};
@@ -443,8 +443,7 @@ async fn wait_caught_up(db: &Database, client: &CatalogClient, child: &mut Child
     }
 }
 
-/// A catalog in this process, a fresh database, a temp dir; `None` (skip) without the
-/// services.
+/// A catalog in this process, a fresh database, a temp dir.
 struct Fixture {
     dir: PathBuf,
     catalog: floe_catalog::RunningCatalog,
@@ -453,20 +452,18 @@ struct Fixture {
 }
 
 impl Fixture {
-    async fn new(tag: &str) -> Option<Self> {
-        let (Some(url), Some(_)) = (service("FLOE_TEST_PG_URL"), service("FLOE_TEST_PYTHON"))
-        else {
-            return None;
-        };
+    async fn new(tag: &str) -> Self {
+        let url = service("FLOE_TEST_PG_URL");
+        service("FLOE_TEST_PYTHON");
         let dir = temp_dir(&format!("pg-{tag}"));
         let (catalog, client) = start_catalog(&dir).await;
         let db = Database::create(&url, tag).await;
-        Some(Self {
+        Self {
             dir,
             catalog,
             client,
             db,
-        })
+        }
     }
 
     async fn finish(self) {
@@ -477,11 +474,10 @@ impl Fixture {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn postgres_changes_land_exactly_once_through_kill_9() {
     let _one_at_a_time = SERIAL.lock().await;
-    let Some(f) = Fixture::new("chaos").await else {
-        return;
-    };
+    let f = Fixture::new("chaos").await;
     let Fixture {
         dir, client, db, ..
     } = &f;
@@ -545,11 +541,10 @@ async fn postgres_changes_land_exactly_once_through_kill_9() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn a_million_row_snapshot_meets_the_stream_without_gap_or_duplicate() {
     let _one_at_a_time = SERIAL.lock().await;
-    let Some(f) = Fixture::new("boundary").await else {
-        return;
-    };
+    let f = Fixture::new("boundary").await;
     let Fixture {
         dir, client, db, ..
     } = &f;
@@ -612,10 +607,9 @@ async fn a_million_row_snapshot_meets_the_stream_without_gap_or_duplicate() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_the_job() {
-    let Some(f) = Fixture::new("schema").await else {
-        return;
-    };
+    let f = Fixture::new("schema").await;
     let Fixture {
         dir, client, db, ..
     } = &f;
@@ -779,10 +773,9 @@ fn certificate_authority(dir: &Path, name: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn tls_sessions_verify_the_server_certificate() {
-    let Some(f) = Fixture::new("tls").await else {
-        return;
-    };
+    let f = Fixture::new("tls").await;
     let Fixture {
         dir, client, db, ..
     } = &f;
@@ -957,10 +950,9 @@ async fn tls_sessions_verify_the_server_certificate() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn tables_floe_cannot_follow_are_refused_by_name() {
-    let Some(f) = Fixture::new("refuse").await else {
-        return;
-    };
+    let f = Fixture::new("refuse").await;
     let Fixture { dir, db, .. } = &f;
     db.client
         .batch_execute(
@@ -995,10 +987,9 @@ async fn tables_floe_cannot_follow_are_refused_by_name() {
 /// A slot has one reader: a second replica of a running CDC job is refused with the reason,
 /// and the first goes on undisturbed (issue 18).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn a_second_replica_of_a_cdc_job_is_refused_while_the_first_streams() {
-    let Some(f) = Fixture::new("replica2").await else {
-        return;
-    };
+    let f = Fixture::new("replica2").await;
     let Fixture {
         dir, client, db, ..
     } = &f;

@@ -73,13 +73,10 @@ fn logged(log: &Path, message: &str, field: &str) -> BTreeSet<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn shipped_job_files_run_as_replicas_on_one_host() {
-    let (Some(brokers), Some(_)) = (
-        service("FLOE_TEST_KAFKA_BROKERS"),
-        service("FLOE_TEST_PYTHON"),
-    ) else {
-        return;
-    };
+    let brokers = service("FLOE_TEST_KAFKA_BROKERS");
+    service("FLOE_TEST_PYTHON");
     fresh_topics(&brokers).await;
     let dir = temp_dir("shipped");
     let jobs = [("otlp.toml", "otlp"), ("otlp-rollups.toml", "otlp-rollups")];

@@ -43,8 +43,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 mod support;
 use support::{
-    anchor_writers, committed, kills, python, service, spawn_floe, start_catalog, temp_dir,
-    terminate,
+    anchor_writers, committed, kills, optional_service, python, service, spawn_floe, start_catalog,
+    temp_dir, terminate,
 };
 
 const PARTITIONS: i32 = 4;
@@ -146,9 +146,9 @@ struct Fixture {
 }
 
 impl Fixture {
-    async fn new() -> Option<Self> {
-        let brokers = service("FLOE_TEST_KAFKA_BROKERS")?;
-        service("FLOE_TEST_PYTHON")?;
+    async fn new() -> Self {
+        let brokers = service("FLOE_TEST_KAFKA_BROKERS");
+        service("FLOE_TEST_PYTHON");
         let dir = temp_dir("windows");
         let (catalog, client) = start_catalog(&dir).await;
         let producer: FutureProducer = ClientConfig::new()
@@ -156,7 +156,7 @@ impl Fixture {
             .set("linger.ms", "5")
             .create()
             .unwrap();
-        Some(Self {
+        Self {
             dir,
             brokers,
             run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_string(),
@@ -164,7 +164,7 @@ impl Fixture {
             client,
             producer,
             input: (0..RECORDS).map(record).collect(),
-        })
+        }
     }
 
     async fn scenario(&self, name: &'static str) -> Scenario {
@@ -429,12 +429,12 @@ async fn rescaled(f: &Fixture) -> Scenario {
     s
 }
 
-/// The rebuilt binary the savepointed run resumes with (`FLOE_UPGRADE_BIN`; without it, and
-/// without `FLOE_REQUIRE_SERVICES=1`, the same binary): a different executable whose version
-/// says so.
+/// The rebuilt binary the savepointed run resumes with (`FLOE_UPGRADE_BIN`, which `tests/run`
+/// builds; without it, and without `FLOE_REQUIRE_SERVICES=1`, the same binary, said on the
+/// terminal): a different executable whose version says so.
 fn upgraded_binary() -> PathBuf {
     let first = PathBuf::from(env!("CARGO_BIN_EXE_floe"));
-    let Some(upgraded) = service("FLOE_UPGRADE_BIN") else {
+    let Some(upgraded) = optional_service("FLOE_UPGRADE_BIN") else {
         return first;
     };
     let version = |bin: &Path| {
@@ -516,10 +516,9 @@ async fn stateless_restarts(f: &Fixture) -> Scenario {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn windows_give_the_same_rows_through_kills_rescales_savepoints_and_lost_state() {
-    let Some(f) = Fixture::new().await else {
-        return;
-    };
+    let f = Fixture::new().await;
     let baseline = uninterrupted(&f).await;
     check_against_reference(&f, baseline.name).await;
 

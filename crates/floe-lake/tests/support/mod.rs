@@ -256,7 +256,7 @@ fn python_rows(script: &str) -> Option<Vec<(i64, f64)>> {
                 std::env::var("FLOE_REQUIRE_SERVICES").as_deref() != Ok("1"),
                 "FLOE_REQUIRE_SERVICES=1 but FLOE_TEST_PYTHON is not set"
             );
-            eprintln!("note: FLOE_TEST_PYTHON unset, skipping the Python read-back");
+            common::skipped("FLOE_TEST_PYTHON is not set: the Python read-back");
             return None;
         }
     };

@@ -8,9 +8,20 @@ use std::process::Command;
 
 use floe_lake::rest::{CatalogClient, CatalogSettings};
 
-/// The value of a service variable from `tests/services/up`; `None` (skip) when unset, a
-/// failure when `FLOE_REQUIRE_SERVICES=1`.
-pub(crate) fn service(name: &str) -> Option<String> {
+/// The value of a service variable from `tests/services/up`, for a test that cannot run
+/// without it: such tests are `#[ignore]`d (reported as ignored by a plain `cargo test`) and
+/// run by `tests/run` with `--include-ignored`; asked for without the variable, they fail.
+pub(crate) fn service(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: start the test services (tests/services/up) or run tests/run")
+    })
+}
+
+/// The value of a service variable that extends a test which also runs without it (e.g. a
+/// DuckDB read-back after our own checks): `None` with a note on the terminal — the harness
+/// does not capture it, so the skipped part is visible — and a failure when
+/// `FLOE_REQUIRE_SERVICES=1`.
+pub(crate) fn optional_service(name: &str) -> Option<String> {
     match std::env::var(name) {
         Ok(v) => Some(v),
         Err(_) => {
@@ -18,10 +29,17 @@ pub(crate) fn service(name: &str) -> Option<String> {
                 std::env::var("FLOE_REQUIRE_SERVICES").as_deref() != Ok("1"),
                 "FLOE_REQUIRE_SERVICES=1 but {name} is not set"
             );
-            eprintln!("note: {name} unset, skipping");
+            skipped(&format!("{name} is not set"));
             None
         }
     }
+}
+
+/// Says on the real stderr (not the captured one) that part of a test did not run.
+pub(crate) fn skipped(why: &str) {
+    use std::io::Write;
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    let _ = writeln!(std::io::stderr(), "SKIPPED part of {test}: {why}");
 }
 
 /// A fresh directory under the system temp dir.
