@@ -1,4 +1,5 @@
-//! Changelog rows of a followed table, built from decoded tuples (Postgres text values).
+//! Changelog rows of a followed table, built from decoded tuples (Postgres text values, or
+//! values a Debezium event carries already typed).
 //!
 //! Each change becomes one row with its [`Op`] in [`OP_COLUMN`]: an insert `+I`, an update
 //! `+U` (an update that changes the key: `-D` of the old key and `+I` of the new, which a
@@ -19,7 +20,7 @@ use arrow_schema::{DataType, Field, Schema as ArrowSchema};
 use floe_core::{OP_COLUMN, Op, UNCHANGED_COLUMN};
 
 use crate::pgoutput::Value;
-use crate::types::{ColumnBuilder, PgType};
+use crate::types::{ColumnBuilder, Native, PgType};
 
 /// A column of a followed table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,18 +46,33 @@ pub fn key_names(columns: &[Column]) -> Vec<String> {
 }
 
 /// The key values of `tuple` (encoded), or `None` when one is missing: two tuples of a
-/// layout have the same key exactly when these are equal.
+/// layout whose key values took the same form (text, or native) have the same key exactly
+/// when these are equal.
 pub fn key_of(layout: &[Column], tuple: &[Value]) -> Option<Vec<u8>> {
     let mut encoded = Vec::new();
     for (column, value) in layout.iter().zip(tuple) {
         if !column.key {
             continue;
         }
-        let Value::Text(v) = value else {
-            return None;
-        };
-        encoded.extend_from_slice(&(v.len() as u32).to_le_bytes());
-        encoded.extend_from_slice(v);
+        match value {
+            Value::Text(v) => {
+                encoded.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                encoded.extend_from_slice(v);
+            }
+            // Tagged apart from any text (no text is u32::MAX bytes long).
+            Value::Native(v) => {
+                let (tag, bits) = match *v {
+                    Native::Decimal(n) => (0, n),
+                    Native::Date(n) => (1, n as i128),
+                    Native::Time(n) => (2, n as i128),
+                    Native::Timestamp(n) => (3, n as i128),
+                };
+                encoded.extend_from_slice(&u32::MAX.to_le_bytes());
+                encoded.push(tag);
+                encoded.extend_from_slice(&bits.to_le_bytes());
+            }
+            Value::Null | Value::Unchanged => return None,
+        }
     }
     Some(encoded)
 }
@@ -144,12 +160,21 @@ impl ChangelogBuilder {
             }
         }
         for (i, builder) in self.columns.iter_mut().enumerate() {
-            let value = match tuple.get(i) {
-                Some(Value::Text(text)) => Some(text.as_ref()),
-                _ => None,
+            let appended = match tuple.get(i) {
+                Some(Value::Text(text)) => {
+                    self.bytes += text.len() + 8;
+                    builder.append(Some(text))
+                }
+                Some(Value::Native(value)) => {
+                    self.bytes += 16 + 8;
+                    builder.append_native(*value)
+                }
+                _ => {
+                    self.bytes += 8;
+                    builder.append(None)
+                }
             };
-            self.bytes += value.map_or(8, |v| v.len() + 8);
-            if let Err(e) = builder.append(value) {
+            if let Err(e) = appended {
                 // Columns appended so far cannot be taken back: seal what came before this
                 // row and drop the half row by rebuilding from the sealed batches.
                 return Err(self.discard_half_row(i, e));
@@ -309,6 +334,68 @@ mod tests {
         assert!(unchanged.is_null(0));
         assert_eq!(unchanged.value(1), "body");
         assert_eq!(b.rows(), 0);
+    }
+
+    /// Typed values (a Debezium event's) go into their columns as they are, keys included.
+    #[test]
+    fn native_values_are_appended_and_keyed() {
+        use arrow_array::types::Decimal128Type;
+
+        let layout: Layout = Arc::new(vec![
+            Column {
+                name: "amount".into(),
+                ty: PgType {
+                    scalar: Scalar::Decimal {
+                        precision: 38,
+                        scale: 2,
+                    },
+                    array: false,
+                },
+                key: true,
+            },
+            Column {
+                name: "body".into(),
+                ty: PgType {
+                    scalar: Scalar::Text,
+                    array: false,
+                },
+                key: false,
+            },
+        ]);
+        let max = 10i128.pow(38) - 1;
+        let row = |unscaled| {
+            vec![
+                Value::Native(Native::Decimal(unscaled)),
+                Value::Text(Bytes::from_static(b"x")),
+            ]
+        };
+        assert!(key_of(&layout, &row(max)).is_some());
+        assert_ne!(key_of(&layout, &row(max)), key_of(&layout, &row(-max)));
+        let mut b = ChangelogBuilder::new(layout);
+        b.push(Op::UpdateAfter, &row(-1250)).unwrap();
+        b.push(Op::UpdateAfter, &row(max)).unwrap();
+        // A typed value of another type is refused, and drops only its row.
+        assert!(
+            b.push(
+                Op::UpdateAfter,
+                &[
+                    Value::Native(Native::Date(1)),
+                    Value::Text(Bytes::from_static(b"y"))
+                ]
+            )
+            .is_err()
+        );
+        let batches = b.take().unwrap();
+        let amounts: Vec<i128> = batches
+            .iter()
+            .flat_map(|b| {
+                b.column(0)
+                    .as_primitive::<Decimal128Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(amounts, vec![-1250, max]);
     }
 
     #[test]

@@ -13,6 +13,8 @@
 
 use bytes::{Buf, Bytes};
 
+use crate::types::Native;
+
 /// A decoding failure: the payload is not the pgoutput message it claims to be.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("malformed pgoutput message: {0}")]
@@ -57,6 +59,9 @@ pub enum Value {
     Unchanged,
     /// The value in text format.
     Text(Bytes),
+    /// The value already typed; pgoutput never sends one — a Debezium event's decimals,
+    /// dates, times and integer timestamps decode to it.
+    Native(Native),
 }
 
 /// A row image: one value per column of the relation.
