@@ -16,24 +16,20 @@
 //! tests are ignored without `--include-ignored`, which `tests/run` passes. `FLOE_CHAOS_KILLS` sets the number of kills
 //! (default 20).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::str::FromStr;
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use floe_lake::marker::CommitMarker;
 use floe_lake::rest::CatalogClient;
-use futures::StreamExt;
 use iceberg::{NamespaceIdent, TableIdent};
 use rand::Rng;
 
 mod support;
-use support::{
-    PgAddress, committed, free_port, http_get, kills, pg_connect, python, service, slot_confirmed,
-    spawn_floe, start_catalog, temp_dir, terminate,
-};
+use support::pg::{Fixture, compare, job_file, metadata_location, wait_caught_up};
+use support::{free_port, http_get, kills, python, spawn_floe, terminate};
 
 const SCHEMA: &str = "
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
@@ -59,246 +55,6 @@ const ACCOUNT_VALUES: &str = "
   random() < 0.5, gen_random_uuid(), decode(md5(random()::text), 'hex'),
   floor(random() * 400) / 4, ($1 % 100)::smallint, 1.25, jsonb_build_object('k', $1, 'arr', jsonb_build_array(1, 'two')),
   (ARRAY['sad', 'ok', 'happy'])[1 + ($1 % 3)::int]::mood, 'c' || ($1 % 1000)";
-
-/// One text line per row, the same in Postgres and DuckDB (NULL = ∅).
-fn canonical(table: &str, duckdb: bool) -> String {
-    let c = |pg: &str, duck: &str| format!("coalesce(({}), '∅')", if duckdb { duck } else { pg });
-    let cols: Vec<String> = match table {
-        "accounts" => vec![
-            c("id::text", "id::varchar"),
-            c("owner", "owner"),
-            c("balance::text", "balance::varchar"),
-            c("md5(note)", "md5(note)"),
-            c(
-                "array_to_string(tags, ',', '∅')",
-                "array_to_string(list_transform(tags, x -> coalesce(x, '∅')), ',')",
-            ),
-            c(
-                "array_to_string(scores, ',')",
-                "array_to_string(scores, ',')",
-            ),
-            c("opened::text", "opened::varchar"),
-            c(
-                "(extract(epoch from seen) * 1000000)::bigint::text",
-                "epoch_us(seen)::varchar",
-            ),
-            c(
-                "(extract(epoch from local_ts) * 1000000)::bigint::text",
-                "epoch_us(local_ts)::varchar",
-            ),
-            c(
-                "(extract(epoch from at_time) * 1000000)::bigint::text",
-                "round(extract(epoch FROM at_time) * 1000000)::bigint::varchar",
-            ),
-            c("flag::text", "flag::varchar"),
-            c("u::text", "u::varchar"),
-            c("encode(blob, 'hex')", "lower(hex(blob))"),
-            c("(ratio * 4)::bigint::text", "(ratio * 4)::bigint::varchar"),
-            c("small::text", "small::varchar"),
-            c("(f4 * 4)::int::text", "(f4 * 4)::int::varchar"),
-            c("doc::text", "doc"),
-            c("feeling::text", "feeling"),
-            c("code", "code"),
-        ],
-        "wallets" => vec![
-            c("id::text", "id::varchar"),
-            c("balance::text", "balance::varchar"),
-        ],
-        "ledger" => vec![
-            c("id::text", "id::varchar"),
-            c("wallet_id::text", "wallet_id::varchar"),
-            c("amount::text", "amount::varchar"),
-        ],
-        "scratch" => vec![c("k::text", "k::varchar"), c("v::text", "v::varchar")],
-        "items" => vec![
-            c("id::text", "id::varchar"),
-            c("qty::text", "qty::varchar"),
-            c("label", "label"),
-        ],
-        "big" => vec![
-            c("id::text", "id::varchar"),
-            c("v::text", "v::varchar"),
-            c("label", "label"),
-        ],
-        other => panic!("no canonical form for {other}"),
-    };
-    cols.join(" || '|' || ")
-}
-
-/// A fresh database on the test cluster, and how to reach it.
-struct Database {
-    admin: tokio_postgres::Client,
-    name: String,
-    host: String,
-    port: u16,
-    user: String,
-    client: tokio_postgres::Client,
-}
-
-impl Database {
-    async fn create(url: &str, tag: &str) -> Self {
-        let mut config = tokio_postgres::Config::from_str(url).unwrap();
-        let admin = pg_connect(&config).await;
-        let name = format!("{tag}_{}", uuid::Uuid::new_v4().simple());
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .unwrap();
-        config.dbname(&name);
-        let PgAddress { host, port, user } = PgAddress::of(&config);
-        Self {
-            host,
-            port,
-            user,
-            client: pg_connect(&config).await,
-            admin,
-            name,
-        }
-    }
-
-    /// Drops the database and its replication slots (slots outlive a database's sessions and
-    /// count against the cluster's `max_replication_slots`).
-    async fn remove(self) {
-        self.admin
-            .execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
-                 WHERE database = $1 AND NOT active",
-                &[&self.name],
-            )
-            .await
-            .unwrap();
-        drop(self.client);
-        self.admin
-            .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
-            .await
-            .unwrap();
-    }
-
-    /// The job files' slot.
-    fn slot(&self) -> String {
-        format!("floe_{}", self.name)
-    }
-
-    async fn data_directory(&self) -> String {
-        self.admin
-            .query_one("SHOW data_directory", &[])
-            .await
-            .unwrap()
-            .get(0)
-    }
-
-    async fn session(&self) -> tokio_postgres::Client {
-        let mut config = tokio_postgres::Config::new();
-        config
-            .host(&self.host)
-            .port(self.port)
-            .user(&self.user)
-            .dbname(&self.name);
-        pg_connect(&config).await
-    }
-
-    /// The rows of `table` in canonical form, one per line, into `file`.
-    async fn export(&self, table: &str, file: &Path) -> usize {
-        let stream = self
-            .client
-            .copy_out(&format!(
-                "COPY (SELECT {} FROM {table}) TO STDOUT",
-                canonical(table, false)
-            ))
-            .await
-            .unwrap();
-        futures::pin_mut!(stream);
-        let mut out = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            out.extend_from_slice(&chunk.unwrap());
-        }
-        std::fs::write(file, &out).unwrap();
-        out.iter().filter(|b| **b == b'\n').count()
-    }
-
-    async fn wal_lsn(&self) -> String {
-        self.client
-            .query_one("SELECT pg_current_wal_lsn()::text", &[])
-            .await
-            .unwrap()
-            .get(0)
-    }
-
-    /// Whether the slot has confirmed everything up to `lsn`.
-    async fn slot_reached(&self, slot: &str, lsn: &str) -> bool {
-        slot_confirmed(&self.client, slot, lsn).await
-    }
-}
-
-fn job_file(dir: &Path, db: &Database, catalog: &str, extra: &str) -> PathBuf {
-    let path = dir.join("job.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "version = 1\nname = \"cdc\"\n\n[source.postgres]\nhost = \"{}\"\nport = {}\n\
-             user = \"{}\"\ndatabase = \"{}\"\nslot = \"floe_{}\"\n{extra}\n\n\
-             [catalog]\nuri = \"{catalog}\"\nnamespace = \"app\"\n\n\
-             [checkpoint]\ninterval = \"1s\"\nstate_dir = \"{}\"\n",
-            db.host,
-            db.port,
-            db.user,
-            db.name,
-            db.name,
-            dir.join("state").display()
-        ),
-    )
-    .unwrap();
-    path
-}
-
-async fn metadata_location(client: &CatalogClient, table: &str) -> String {
-    client
-        .load_table(&TableIdent::new(
-            NamespaceIdent::new("app".into()),
-            table.into(),
-        ))
-        .await
-        .unwrap()
-        .metadata_location
-        .unwrap()
-}
-
-/// Compares each table in Postgres and in Iceberg (DuckDB): returns `(rows, missing,
-/// unexpected)` per table — the EXCEPT both ways.
-async fn compare(
-    db: &Database,
-    client: &CatalogClient,
-    dir: &Path,
-    tables: &[&str],
-) -> Vec<(String, u64, u64, u64)> {
-    let mut script = String::from(
-        "import duckdb_offline\ncon = duckdb_offline.connect()\n\
-         def one(q): return con.sql(q).fetchone()[0]\n",
-    );
-    for table in tables {
-        let file = dir.join(format!("{table}.pg"));
-        db.export(table, &file).await;
-        let location = metadata_location(client, table).await;
-        script.push_str(&format!(
-            "con.sql(\"CREATE OR REPLACE TABLE pg AS SELECT r FROM read_csv('{}', header=false, \
-             columns={{'r': 'VARCHAR'}}, delim='\\x01', quote='', escape='')\")\n\
-             con.sql(\"CREATE OR REPLACE TABLE ice AS SELECT {} AS r FROM iceberg_scan('{location}')\")\n\
-             print('{table}', one('SELECT count(*) FROM pg'), one('SELECT count(*) FROM (SELECT r FROM pg EXCEPT ALL SELECT r FROM ice)'), \
-             one('SELECT count(*) FROM (SELECT r FROM ice EXCEPT ALL SELECT r FROM pg)'), one('SELECT count(*) FROM ice'))\n",
-            file.display(),
-            canonical(table, true).replace('"', "\\\"")
-        ));
-    }
-    python(&script)
-        .lines()
-        .map(|line| {
-            let v: Vec<&str> = line.split_whitespace().collect();
-            let n = |i: usize| v[i].parse::<u64>().unwrap();
-            assert_eq!(n(1), n(4), "{}: same number of rows", v[0]);
-            (v[0].to_string(), n(1), n(2), n(3))
-        })
-        .collect()
-}
 
 /// Every committed checkpoint that touched `ledger` also touched `wallets` in the same
 /// checkpoint, and at each `sum(wallets.balance) + sum(ledger.amount)` is the initial total:
@@ -417,61 +173,6 @@ async fn workload(session: tokio_postgres::Client, stop: Arc<AtomicBool>, count:
 /// The kill -9 test and the million-row test run one at a time: the first checks that killed
 /// jobs had time to commit, which the other's load on the same two cores can starve.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Waits until the job's initial snapshot is committed and its slot has confirmed everything
-/// written so far (a slot created after `target` confirms it at once); fails if `child` (the
-/// job) exits first. The snapshot counts as committed once the job's marker holds an LSN: a
-/// kill between that commit and its log line leaves no line, yet later runs stream on.
-async fn wait_caught_up(db: &Database, client: &CatalogClient, child: &mut Child, log: &Path) {
-    let target = db.wal_lsn().await;
-    let began = Instant::now();
-    while !(committed(client, "app", "cdc").await.contains_key("pg.lsn")
-        && db.slot_reached(&db.slot(), &target).await)
-    {
-        let log_text = || std::fs::read_to_string(log).unwrap_or_default();
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "floe stopped: {}",
-            log_text()
-        );
-        assert!(
-            began.elapsed() < Duration::from_secs(240),
-            "the job did not catch up: {}",
-            log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// A catalog in this process, a fresh database, a temp dir.
-struct Fixture {
-    dir: PathBuf,
-    catalog: floe_catalog::RunningCatalog,
-    client: CatalogClient,
-    db: Database,
-}
-
-impl Fixture {
-    async fn new(tag: &str) -> Self {
-        let url = service("FLOE_TEST_PG_URL");
-        service("FLOE_TEST_PYTHON");
-        let dir = temp_dir(&format!("pg-{tag}"));
-        let (catalog, client) = start_catalog(&dir).await;
-        let db = Database::create(&url, tag).await;
-        Self {
-            dir,
-            catalog,
-            client,
-            db,
-        }
-    }
-
-    async fn finish(self) {
-        self.db.remove().await;
-        self.catalog.stop().await.unwrap();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]

@@ -8,6 +8,8 @@ use std::process::Command;
 
 use floe_lake::rest::{CatalogClient, CatalogSettings};
 
+pub(crate) mod pg;
+
 /// The value of a service variable from `tests/services/up`, for a test that cannot run
 /// without it: such tests are `#[ignore]`d (reported as ignored by a plain `cargo test`) and
 /// run by `tests/run` with `--include-ignored`; asked for without the variable, they fail.
