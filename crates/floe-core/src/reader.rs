@@ -95,6 +95,14 @@ pub trait Reader: Send {
     /// gives it), made up if the reader has not read it yet (state restored for it).
     fn partition_index(&mut self, name: &str) -> Option<u32>;
 
+    /// Whether [`streams`](Self::streams) is every stream the reader will ever have, known from
+    /// the start (a CDC job's listed tables): then a stream the job committed that is missing
+    /// was taken out of the job, which the runtime refuses unless told. `false` (the default)
+    /// for readers that meet streams as data arrives.
+    fn knows_all_streams(&self) -> bool {
+        false
+    }
+
     /// Whether [`Committed::tables`] should be filled in for [`seek`](Self::seek).
     fn wants_table_positions(&self) -> bool {
         false

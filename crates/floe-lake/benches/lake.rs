@@ -238,6 +238,7 @@ async fn main() {
                 checkpoint_id: checkpoint,
                 positions: Default::default(),
                 operators: Default::default(),
+                streams: Default::default(),
             };
             let started = Instant::now();
             commit_checkpoint(

@@ -118,28 +118,26 @@ pub async fn commit_checkpoint(
     tables: &[(iceberg::TableIdent, Delta)],
     policy: &RetryPolicy,
 ) -> LakeResult<CommitReport> {
-    commit_checkpoint_planned(client, marker, tables, policy, |_| {
-        Ok(marker.positions.clone())
-    })
-    .await
+    commit_checkpoint_planned(client, marker, tables, policy, |_| Ok(marker.clone())).await
 }
 
 /// Like [`commit_checkpoint`], for jobs whose positions live in an **anchor** table — the
 /// first of `tables`, which every checkpoint of the job commits to (with an empty delta if it
 /// has no rows), so its newest marker of the job holds the positions of the whole job.
 ///
-/// On every attempt, `positions` gets the anchor's newest marker of the job (by any writer) as
-/// of the head the attempt is planned on, and returns the positions to record — typically that
-/// marker's positions with this writer's partitions moved forward — or an error to give up,
-/// e.g. because another writer committed one of this writer's partitions meanwhile (fencing
-/// a replica that lost its partitions without noticing). Landed attempts are recognised by
-/// `marker`'s job, writer and checkpoint id; `marker.positions` is ignored.
+/// On every attempt, `plan` gets the anchor's newest marker of the job (by any writer) as of
+/// the head the attempt is planned on, and returns the marker to record — typically that
+/// marker's positions with this writer's partitions moved forward, and its streams with this
+/// writer's added — or an error to give up, e.g. because another writer committed one of this
+/// writer's partitions meanwhile (fencing a replica that lost its partitions without
+/// noticing). Landed attempts are recognised by `marker`'s job, writer and checkpoint id,
+/// which the planned marker keeps whatever `plan` returns.
 pub async fn commit_checkpoint_planned(
     client: &CatalogClient,
     marker: &CommitMarker,
     tables: &[(iceberg::TableIdent, Delta)],
     policy: &RetryPolicy,
-    positions: impl Fn(Option<&CommitMarker>) -> LakeResult<std::collections::BTreeMap<String, String>>,
+    plan: impl Fn(Option<&CommitMarker>) -> LakeResult<CommitMarker>,
 ) -> LakeResult<CommitReport> {
     let mode = if client.supports_transactions() {
         CommitMode::MultiTable
@@ -164,10 +162,12 @@ pub async fn commit_checkpoint_planned(
                     Some(found) => found.marker.clone(),
                     None => {
                         let base = newest_marker(&table.metadata, &marker.job_id);
-                        match positions(base.as_ref().map(|f| &f.marker)) {
-                            Ok(positions) => CommitMarker {
-                                positions,
-                                ..marker.clone()
+                        match plan(base.as_ref().map(|f| &f.marker)) {
+                            Ok(planned) => CommitMarker {
+                                job_id: marker.job_id.clone(),
+                                writer: marker.writer.clone(),
+                                checkpoint_id: marker.checkpoint_id,
+                                ..planned
                             },
                             Err(e) => {
                                 planning_error = Some(e);

@@ -22,6 +22,9 @@ pub const WRITER: &str = "floe.writer";
 /// Summary key holding the job's stateful operators and their state fingerprints, a JSON
 /// object (absent when the job has none).
 pub const OPERATORS: &str = "floe.operators";
+/// Summary key holding the streams the job lands and the table each lands in, a JSON object
+/// (absent in markers written before it existed): what a job file must not silently change.
+pub const STREAMS: &str = "floe.streams";
 
 /// What a committed checkpoint records in each snapshot it produces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +42,10 @@ pub struct CommitMarker {
     /// The stateful operators whose state the job's state table holds as of this checkpoint:
     /// id → fingerprint of what the state depends on.
     pub operators: BTreeMap<String, String>,
+    /// Every stream the job has landed and its table's name (`"shop.orders" -> "shop_orders"`),
+    /// kept across checkpoints: a stream that moves to another table, or leaves the job, is a
+    /// deliberate act (`floe run --rename-table` / `--stop-following`).
+    pub streams: BTreeMap<String, String>,
 }
 
 /// A marker found in a table's history.
@@ -70,6 +77,12 @@ impl CommitMarker {
                 serde_json::to_string(&self.operators).unwrap_or_else(|_| "{}".into()),
             );
         }
+        if !self.streams.is_empty() {
+            properties.insert(
+                STREAMS.to_string(),
+                serde_json::to_string(&self.streams).unwrap_or_else(|_| "{}".into()),
+            );
+        }
         properties
     }
 
@@ -81,6 +94,10 @@ impl CommitMarker {
             checkpoint_id: properties.get(CHECKPOINT_ID)?.parse().ok()?,
             positions: serde_json::from_str(properties.get(POSITIONS)?).ok()?,
             operators: match properties.get(OPERATORS) {
+                Some(text) => serde_json::from_str(text).ok()?,
+                None => BTreeMap::new(),
+            },
+            streams: match properties.get(STREAMS) {
                 Some(text) => serde_json::from_str(text).ok()?,
                 None => BTreeMap::new(),
             },
@@ -130,6 +147,7 @@ mod tests {
             checkpoint_id: 42,
             positions: BTreeMap::from([("otlp_spans/0".into(), "100".into())]),
             operators: BTreeMap::from([("rollup".into(), "window v1".into())]),
+            streams: BTreeMap::from([("shop.orders".into(), "shop_orders".into())]),
         };
         let mut props = marker.to_properties();
         assert_eq!(CommitMarker::from_properties(&props), Some(marker));

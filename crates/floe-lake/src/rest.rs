@@ -474,6 +474,15 @@ impl CatalogClient {
             .collect()
     }
 
+    /// Renames a table (`tables/rename`); its history, markers included, goes with it.
+    pub async fn rename_table(&self, from: &TableIdent, to: &TableIdent) -> LakeResult<()> {
+        let url = format!("{}/tables/rename", self.base);
+        let body = json!({ "source": from, "destination": to });
+        self.send("rename table", || self.http.post(&url).json(&body))
+            .await?;
+        Ok(())
+    }
+
     /// Commits changes to several tables atomically (`transactions/commit`).
     pub async fn commit_transaction(&self, commits: &[TableCommit]) -> LakeResult<()> {
         let url = format!("{}/transactions/commit", self.base);

@@ -147,6 +147,7 @@ fn marker(checkpoint: u64) -> CommitMarker {
         checkpoint_id: checkpoint,
         positions: [("src/0".to_string(), checkpoint.to_string())].into(),
         operators: Default::default(),
+        streams: Default::default(),
     }
 }
 

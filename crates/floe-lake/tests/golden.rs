@@ -31,6 +31,7 @@ async fn delete_conformance_scenario() {
             checkpoint_id: checkpoint,
             positions: [("src/0".to_string(), (checkpoint * 10).to_string())].into(),
             operators: Default::default(),
+            streams: Default::default(),
         };
 
         // s1: append 1..5

@@ -22,6 +22,7 @@ fn marker(job: &str, checkpoint: u64) -> CommitMarker {
         checkpoint_id: checkpoint,
         positions: [("p/0".to_string(), checkpoint.to_string())].into(),
         operators: Default::default(),
+        streams: Default::default(),
     }
 }
 

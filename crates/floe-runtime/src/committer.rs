@@ -47,7 +47,11 @@ pub(crate) struct Checkpoint {
     pub(crate) epoch: Option<u64>,
     /// The stateful operators and their fingerprints.
     pub(crate) operators: std::collections::BTreeMap<String, String>,
-    /// Commit even without changes (the operators' fingerprints are new).
+    /// The streams the job lands and their tables (merged with the committed ones).
+    pub(crate) streams: std::collections::BTreeMap<String, String>,
+    /// Committed streams to leave out (`--stop-following`).
+    pub(crate) forgotten: Vec<String>,
+    /// Commit even without changes (the operators' fingerprints or the streams are new).
     pub(crate) force: bool,
 }
 
@@ -80,6 +84,8 @@ pub(crate) struct Committed {
     pub(crate) attempts: u32,
     /// The state epoch it committed.
     pub(crate) epoch: Option<u64>,
+    /// The streams and tables it recorded (this writer's view).
+    pub(crate) streams: std::collections::BTreeMap<String, String>,
 }
 
 type Outcome = (
@@ -93,6 +99,7 @@ struct InFlight {
     positions: Positions,
     began: Instant,
     epoch: Option<u64>,
+    streams: std::collections::BTreeMap<String, String>,
 }
 
 /// Commits a job's checkpoints.
@@ -182,7 +189,11 @@ impl Committer {
             checkpoint_id: id,
             positions: Positions::new(),
             operators: checkpoint.operators,
+            streams: checkpoint.streams.clone(),
         };
+        let planned = marker.clone();
+        let forgotten = checkpoint.forgotten;
+        let streams = checkpoint.streams;
         let client = self.client.clone();
         let (start, current) = (checkpoint.start, checkpoint.current.clone());
         let parts = checkpoint.parts;
@@ -223,7 +234,18 @@ impl Committer {
                 &marker,
                 &deltas,
                 &RetryPolicy::default(),
-                |base| plan_positions(base.map(|m| &m.positions), &start, &current),
+                |base| {
+                    let positions = plan_positions(base.map(|m| &m.positions), &start, &current)?;
+                    // Another writer may have landed streams this one never saw.
+                    let mut streams = base.map(|m| m.streams.clone()).unwrap_or_default();
+                    streams.retain(|s, _| !forgotten.contains(s));
+                    streams.extend(planned.streams.clone());
+                    Ok(CommitMarker {
+                        positions,
+                        streams,
+                        ..planned.clone()
+                    })
+                },
             )
             .await
             .map(|report| (report, began.elapsed()));
@@ -235,6 +257,7 @@ impl Committer {
             positions: checkpoint.current,
             began: checkpoint.began,
             epoch: checkpoint.epoch,
+            streams,
         });
         true
     }
@@ -259,6 +282,7 @@ impl Committer {
                 commit_took,
                 attempts: report.attempts,
                 epoch: in_flight.epoch,
+                streams: in_flight.streams,
             })),
             Err(e) => {
                 // Its files were never committed (a commit of unknown outcome is not an error

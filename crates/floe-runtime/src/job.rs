@@ -213,6 +213,8 @@ pub struct CatalogConfig {
 pub struct TableConfig {
     /// The stream.
     pub key: String,
+    /// Where its section is (`file:line:col`).
+    pub place: String,
     /// Table name (default: the stream's).
     pub name: Option<String>,
     /// Partition spec of a new table (default: the stream's).
@@ -230,6 +232,8 @@ pub struct TableConfig {
 pub struct JobConfig {
     /// Job name (the id in commit markers).
     pub name: String,
+    /// The job file, for messages (`<config>` when the job came from text).
+    pub file: String,
     /// Catalog.
     pub catalog: CatalogConfig,
     /// Checkpoint interval.
@@ -345,6 +349,7 @@ impl JobConfig {
             (
                 JobConfig {
                     name,
+                    file: source.place(None),
                     catalog: catalog.expect("checked above"),
                     interval,
                     max_buffered_bytes,
@@ -484,6 +489,7 @@ fn table(
     });
     TableConfig {
         key: key.get_ref().clone(),
+        place: c.place(key),
         // Without a name, the stream's own (`schema_table` outside `public` for CDC).
         name: c.opt(t.name.as_ref()),
         partition,

@@ -60,6 +60,12 @@ pub struct RunOptions {
     /// Stateful operators whose committed state may be dropped because the job file removed
     /// or reshaped them (`--allow-state-reset ID`).
     pub allow_state_reset: Vec<String>,
+    /// Streams whose committed table is renamed to the name the job file now gives it
+    /// (`--rename-table STREAM`), instead of refusing the edit.
+    pub rename_tables: Vec<String>,
+    /// Streams the job committed but no longer reads, to stop following deliberately
+    /// (`--stop-following STREAM`); their tables stay as they are.
+    pub stop_following: Vec<String>,
 }
 
 /// Rows buffered in the reader before they are handed to the sinks.
@@ -127,6 +133,10 @@ pub struct Job<R: Reader> {
     options: RunOptions,
     /// The operators' fingerprints the job's newest commit holds.
     committed_operators: BTreeMap<String, String>,
+    /// The streams the job's commits landed, and their tables (see [`Job::check_landing`]).
+    committed_streams: BTreeMap<String, String>,
+    /// The streams this writer lands now, and their tables.
+    landed_streams: BTreeMap<String, String>,
     /// Rows of removed or reshaped operators to delete from the state table.
     state_resets: Vec<(String, String, Vec<u8>)>,
     last_tick: Instant,
@@ -185,6 +195,9 @@ impl<R: Reader> Job<R> {
         options: RunOptions,
     ) -> LakeResult<Self> {
         let (anchor, anchor_options) = deadletter::ensure_anchor(&client, &config).await?;
+        let committed_streams = newest_marker(&anchor.metadata, &config.name)
+            .map(|found| found.marker.streams)
+            .unwrap_or_default();
         let mut sinks = Sinks::start();
         let mut landed = vec![Landed::of(&anchor)];
         sinks
@@ -235,6 +248,8 @@ impl<R: Reader> Job<R> {
             state_sink,
             options,
             committed_operators: BTreeMap::new(),
+            committed_streams,
+            landed_streams: BTreeMap::new(),
             state_resets: Vec::new(),
             last_tick: Instant::now(),
             dead_letters: DeadLetters::default(),
@@ -243,6 +258,7 @@ impl<R: Reader> Job<R> {
             summary: RunSummary::default(),
         };
         job.follow_streams().await?;
+        job.check_left_streams()?;
         Ok(job)
     }
 
@@ -267,10 +283,13 @@ impl<R: Reader> Job<R> {
             let landing = Landing::of(&self.config, spec)?;
             match self.stream_sinks.get(&spec.name).copied() {
                 None => {
+                    self.check_landing(&spec.name, &landing.name).await?;
                     let table = landing
                         .ensure(&self.client, &self.config.catalog.namespace, schema)
                         .await?;
                     self.landed.push(Landed::of(&table));
+                    self.landed_streams
+                        .insert(spec.name.clone(), table.ident.name().to_string());
                     let sink = self
                         .sinks
                         .add(Sink::new(table, landing.options, landing.kind)?)
@@ -292,6 +311,90 @@ impl<R: Reader> Job<R> {
         }
         self.streams_version = Some(version);
         Ok(())
+    }
+
+    /// A stream the job's commits landed in one table must not start landing in another (a
+    /// renamed `[tables."…"]` section, a changed default): that would fork its history into two
+    /// tables, the old one silently left behind. Refused with the place, unless the stream is in
+    /// `--rename-table`, which renames the committed table to the new name first.
+    async fn check_landing(&mut self, stream: &str, table: &str) -> LakeResult<()> {
+        let Some(committed) = self.committed_streams.get(stream).cloned() else {
+            return Ok(());
+        };
+        if committed == table {
+            return Ok(());
+        }
+        if !self.options.rename_tables.iter().any(|s| s == stream) {
+            let place = self
+                .config
+                .table(stream)
+                .map_or(self.config.file.clone(), |t| t.place.clone());
+            return Err(LakeError::new(
+                ErrorKind::Invalid,
+                format!(
+                    "{place}: stream {stream} landed in table {committed} in the job's commits, \
+                     and the job file now lands it in {table}: that would start a second table \
+                     and leave {committed} behind. Set name = \"{committed}\" in \
+                     [tables.\"{stream}\"] to keep it, or run once with --rename-table \
+                     {stream} to rename {committed} to {table}"
+                ),
+            ));
+        }
+        let namespace = iceberg::NamespaceIdent::new(self.config.catalog.namespace.clone());
+        let from = TableIdent::new(namespace.clone(), committed.clone());
+        let to = TableIdent::new(namespace, table.to_string());
+        self.client.rename_table(&from, &to).await.map_err(|e| {
+            LakeError::new(
+                e.kind(),
+                format!("--rename-table {stream}: renaming {committed} to {table}: {e}"),
+            )
+        })?;
+        tracing::warn!(%stream, from = %committed, to = %table, "renamed the stream's table (--rename-table)");
+        self.committed_streams
+            .insert(stream.to_string(), table.to_string());
+        Ok(())
+    }
+
+    /// A stream the job's commits landed that the job no longer reads (a table taken out of a
+    /// CDC job's `tables`) is refused, unless it is in `--stop-following`. Only readers that
+    /// know all their streams from the start are checked (a Debezium job meets its topics as
+    /// they come).
+    fn check_left_streams(&mut self) -> LakeResult<()> {
+        if !self.reader.knows_all_streams() {
+            return Ok(());
+        }
+        let mut problems = Vec::new();
+        let left: Vec<(String, String)> = self
+            .committed_streams
+            .iter()
+            .filter(|(stream, _)| !self.landed_streams.contains_key(*stream))
+            .map(|(s, t)| (s.clone(), t.clone()))
+            .collect();
+        for (stream, table) in left {
+            if self.options.stop_following.contains(&stream) {
+                tracing::warn!(%stream, %table, "no longer following the stream (--stop-following); its table stays as it is");
+                self.committed_streams.remove(&stream);
+            } else {
+                problems.push(format!(
+                    "{}: the job's commits follow stream {stream} (into table {table}), but the \
+                     job no longer reads it; put it back, or run once with --stop-following \
+                     {stream} to stop following it ({table} then stays as it is)",
+                    self.config.file
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(LakeError::new(ErrorKind::Invalid, problems.join("\n")))
+        }
+    }
+
+    /// The streams the next commit records: every one committed so far and this writer's.
+    fn streams_to_commit(&self) -> BTreeMap<String, String> {
+        let mut streams = self.committed_streams.clone();
+        streams.extend(self.landed_streams.clone());
+        streams
     }
 
     /// Checks the job file's stateful operators against the state the job committed: a
@@ -683,7 +786,8 @@ impl<R: Reader> Job<R> {
             }
         }
         let operators = self.pipeline.fingerprints();
-        let force = operators != self.committed_operators;
+        let streams = self.streams_to_commit();
+        let force = operators != self.committed_operators || streams != self.committed_streams;
         self.committer.start(Checkpoint {
             parts,
             start: self.start.clone(),
@@ -691,6 +795,8 @@ impl<R: Reader> Job<R> {
             began,
             epoch,
             operators,
+            streams,
+            forgotten: self.options.stop_following.clone(),
             force,
         });
         Ok(())
@@ -711,6 +817,7 @@ impl<R: Reader> Job<R> {
                     self.pipeline.committed(epoch)?;
                 }
                 self.committed_operators = self.pipeline.fingerprints();
+                self.committed_streams = committed.streams;
                 self.observe_operators();
                 self.metrics.checkpoints.inc();
                 self.metrics

@@ -352,6 +352,7 @@ async fn commit(
         checkpoint_id: checkpoint,
         positions: Default::default(),
         operators: Default::default(),
+        streams: Default::default(),
     };
     let delta = Delta {
         data_files,

@@ -66,6 +66,14 @@ enum Command {
         /// changed incompatibly (repeatable).
         #[arg(long, value_name = "ID")]
         allow_state_reset: Vec<String>,
+        /// Rename this stream's committed table to the name the job file now gives it, instead
+        /// of refusing the edit (repeatable; e.g. `--rename-table shop.orders`).
+        #[arg(long, value_name = "STREAM")]
+        rename_table: Vec<String>,
+        /// Stop following this stream, which the job committed but the job file no longer
+        /// reads; its table stays as it is (repeatable).
+        #[arg(long, value_name = "STREAM")]
+        stop_following: Vec<String>,
     },
     /// Check job files without running them, and show each one's pipeline.
     Validate {
@@ -418,9 +426,15 @@ async fn main() -> ExitCode {
             job,
             from_savepoint,
             allow_state_reset,
+            rename_table,
+            stop_following,
         } => match load(&job) {
             Ok((config, source)) => {
-                let options = RunOptions { allow_state_reset };
+                let options = RunOptions {
+                    allow_state_reset,
+                    rename_tables: rename_table,
+                    stop_following,
+                };
                 run(config, source, options, from_savepoint, shutdown)
                     .await
                     .map(|summary| {

@@ -376,6 +376,7 @@ pub async fn commit_as_writer(
         checkpoint_id: checkpoint,
         positions: Default::default(),
         operators: Default::default(),
+        streams: Default::default(),
     };
     floe_lake::commit::commit_checkpoint(
         client,
