@@ -38,6 +38,8 @@ pub(crate) struct CopyTable<'a> {
     pub(crate) select: &'a [String],
     /// The columns.
     pub(crate) layout: &'a Layout,
+    /// A `WHERE` condition (a chunk of an incremental snapshot); `None`: every row.
+    pub(crate) filter: Option<String>,
 }
 
 /// The state of a binary COPY stream being parsed.
@@ -144,9 +146,13 @@ impl CopyTable<'_> {
         let failed =
             |e: String| SourceError::external(format!("postgres: copying {}: {e}", self.name));
         let sql = format!(
-            "COPY (SELECT {} FROM {}) TO STDOUT (FORMAT binary)",
+            "COPY (SELECT {} FROM {}{}) TO STDOUT (FORMAT binary)",
             self.select.join(", "),
-            self.from
+            self.from,
+            self.filter
+                .as_ref()
+                .map(|f| format!(" WHERE {f}"))
+                .unwrap_or_default()
         );
         let began = Instant::now();
         let stream = client
@@ -198,13 +204,41 @@ impl CopyTable<'_> {
             total += rows as u64;
             let _ = tx.send(Ok((self.index, self.batch(&mut builders)?))).await;
         }
-        tracing::info!(
-            table = %self.name,
-            rows = total,
-            seconds = began.elapsed().as_secs_f64(),
-            "table copied"
-        );
+        if self.filter.is_none() {
+            tracing::info!(
+                table = %self.name,
+                rows = total,
+                seconds = began.elapsed().as_secs_f64(),
+                "table copied"
+            );
+        }
         Ok(())
+    }
+
+    /// Copies the rows on `client` into batches (one chunk of an incremental snapshot).
+    pub(crate) async fn collect(
+        &self,
+        client: &tokio_postgres::Client,
+    ) -> Result<Vec<RecordBatch>, SourceError> {
+        let (tx, mut rx) = mpsc::channel(4);
+        let mut received = Vec::new();
+        let copy = async move {
+            let result = self.run(client, &tx).await;
+            drop(tx);
+            result
+        };
+        let receive = async {
+            while let Some(batch) = rx.recv().await {
+                received.push(batch);
+            }
+        };
+        let (result, ()) = tokio::join!(copy, receive);
+        result?;
+        let mut batches = Vec::with_capacity(received.len());
+        for batch in received {
+            batches.push(batch?.1);
+        }
+        Ok(batches)
     }
 }
 

@@ -20,6 +20,9 @@ pub(super) struct PgTable {
     pub(super) layout: Layout,
     /// The select list of the initial binary `COPY` (see [`types::copy_expression`]).
     pub(super) copy_columns: Vec<String>,
+    /// The key columns (quoted) and their SQL types, in index order: the order chunks of an
+    /// incremental snapshot walk.
+    pub(super) key_order: Vec<(String, String)>,
     /// Every column the Iceberg table has: `layout` plus columns dropped at the source since
     /// the job started (kept, NULL from then on). `None` while equal to `layout`.
     pub(super) layout_union: Option<Layout>,
@@ -70,44 +73,82 @@ pub(crate) fn iceberg_schema(layout: &[Column]) -> Result<Schema, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Creates the publication if it does not exist: for `config.tables`, or all tables.
+/// A `schema.table` of the job file, quoted (a bare name is in `public`).
+fn quoted_table(table: &str) -> String {
+    match table.split_once('.') {
+        Some((s, n)) => format!("{}.{}", quote(s), quote(n)),
+        None => format!("{}.{}", quote("public"), quote(table)),
+    }
+}
+
+/// A `schema.table` of the job file as Floe names streams (a bare name is in `public`).
+fn qualified_table(table: &str) -> String {
+    if table.contains('.') {
+        table.to_string()
+    } else {
+        format!("public.{table}")
+    }
+}
+
+/// Creates the publication if it does not exist — for `config.tables`, or all tables — and
+/// adds the listed tables it lacks (a table added to the job file), so that their changes
+/// are streamed from here on. Tables are never dropped from it: a table taken out of the job
+/// file is refused by the runtime first (`--stop-following`).
 pub(super) async fn ensure_publication(
     client: &tokio_postgres::Client,
     config: &PostgresConfig,
 ) -> Result<(), SourceError> {
     let exists = client
         .query_opt(
-            "SELECT 1 FROM pg_publication WHERE pubname = $1",
+            "SELECT puballtables FROM pg_publication WHERE pubname = $1",
             &[&config.publication],
         )
         .await
         .map_err(|e| err("reading pg_publication", e))?
-        .is_some();
-    if exists {
-        return Ok(());
-    }
-    let what = if config.tables.is_empty() {
-        "ALL TABLES".to_string()
-    } else {
-        let tables: Vec<String> = config
-            .tables
-            .iter()
-            .map(|t| match t.split_once('.') {
-                Some((s, n)) => format!("{}.{}", quote(s), quote(n)),
-                None => quote(t),
-            })
-            .collect();
-        format!("TABLE {}", tables.join(", "))
+        .map(|row| row.get::<_, bool>(0));
+    let listed: Vec<String> = config.tables.iter().map(|t| quoted_table(t)).collect();
+    let sql = match exists {
+        None if listed.is_empty() => format!(
+            "CREATE PUBLICATION {} FOR ALL TABLES",
+            quote(&config.publication)
+        ),
+        None => format!(
+            "CREATE PUBLICATION {} FOR TABLE {}",
+            quote(&config.publication),
+            listed.join(", ")
+        ),
+        Some(true) => return Ok(()),
+        Some(false) => {
+            let rows = client
+                .query(
+                    "SELECT schemaname::text || '.' || tablename::text FROM pg_publication_tables \
+                     WHERE pubname = $1",
+                    &[&config.publication],
+                )
+                .await
+                .map_err(|e| err("reading the publication's tables", e))?;
+            let published: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+            let missing: Vec<String> = config
+                .tables
+                .iter()
+                .filter(|t| !published.contains(&qualified_table(t)))
+                .map(|t| quoted_table(t))
+                .collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            format!(
+                "ALTER PUBLICATION {} ADD TABLE {}",
+                quote(&config.publication),
+                missing.join(", ")
+            )
+        }
     };
-    let sql = format!(
-        "CREATE PUBLICATION {} FOR {what}",
-        quote(&config.publication)
-    );
-    tracing::info!(%sql, "creating the publication");
+    tracing::info!(%sql, "publication");
     client
         .batch_execute(&sql)
         .await
-        .map_err(|e| err("creating the publication", e))
+        .map_err(|e| err("creating or extending the publication", e))
 }
 
 /// The publication's tables with their columns, keys and Iceberg schemas (with their OIDs);
@@ -127,6 +168,19 @@ pub(super) async fn read_tables(
         )
         .await
         .map_err(|e| err("reading the publication's tables", e))?;
+    // A job that lists its tables follows those, whatever else the publication holds.
+    let listed: Vec<String> = config.tables.iter().map(|t| qualified_table(t)).collect();
+    let rows: Vec<_> = rows
+        .into_iter()
+        .filter(|row| {
+            listed.is_empty()
+                || listed.contains(&format!(
+                    "{}.{}",
+                    row.get::<_, String>(1),
+                    row.get::<_, String>(2)
+                ))
+        })
+        .collect();
     if rows.is_empty() {
         return Err(SourceError::user(format!(
             "postgres: publication {} has no tables",
@@ -151,7 +205,7 @@ pub(super) async fn read_tables(
     Ok(tables)
 }
 
-async fn read_table(
+pub(super) async fn read_table(
     client: &tokio_postgres::Client,
     config: &PostgresConfig,
     oid: u32,
@@ -164,15 +218,20 @@ async fn read_table(
     // The key: the replica-identity index under `USING INDEX`, else the primary key.
     let key_rows = client
         .query(
-            "SELECT a.attname::text FROM pg_index i \
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_index i \
              JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
              WHERE i.indrelid = $1 AND CASE WHEN $2 = 'i' THEN i.indisreplident \
-             ELSE i.indisprimary END",
+             ELSE i.indisprimary END \
+             ORDER BY array_position(i.indkey::int2[], a.attnum)",
             &[&oid, &identity],
         )
         .await
         .map_err(db)?;
     let keys: Vec<String> = key_rows.iter().map(|r| r.get(0)).collect();
+    let key_order: Vec<(String, String)> = key_rows
+        .iter()
+        .map(|r| (quote(&r.get::<_, String>(0)), r.get(1)))
+        .collect();
     if keys.is_empty() {
         return Err(format!(
             "table {qualified} has no primary key: Floe keeps a table equal to its source \
@@ -291,6 +350,7 @@ async fn read_table(
         iceberg_name,
         layout: Arc::new(layout),
         copy_columns,
+        key_order,
         layout_union: None,
         iceberg,
         committed_end: 0,

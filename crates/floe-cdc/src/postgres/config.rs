@@ -59,7 +59,8 @@ pub struct PostgresConfig {
     pub publication: String,
     /// Replication slot (created if missing).
     pub slot: String,
-    /// Tables (`schema.table`) of a publication to create; empty = all tables.
+    /// Tables (`schema.table`) the job follows; empty = all tables of a `FOR ALL TABLES`
+    /// publication.
     pub tables: Vec<String>,
     /// Sessions copying tables in parallel during the initial snapshot.
     pub snapshot_parallelism: usize,
@@ -106,7 +107,9 @@ pub struct RawPostgres {
     pub publication: Option<Text>,
     /// The logical replication slot, created if missing (default `floe_{job}`).
     pub slot: Option<Text>,
-    /// Tables (`schema.table`) of a publication Floe creates; absent: `FOR ALL TABLES`.
+    /// The tables (`schema.table`) the job follows; the publication is created for them, and
+    /// a table added here later is added to it and copied by an incremental snapshot while
+    /// the stream goes on. Absent: the publication is `FOR ALL TABLES`.
     pub tables: Option<Vec<Text>>,
     /// Sessions copying tables in parallel during the initial snapshot (1–64, default 2).
     pub snapshot_parallelism: Option<Spanned<i64>>,

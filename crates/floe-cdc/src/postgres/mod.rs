@@ -3,7 +3,7 @@
 //! [`PostgresSource`] and its [`Reader`] contract; the phases live in their own modules.
 //!
 //! * **Setup** (`catalog`). The publication is created if missing (for the listed tables, or
-//!   all tables); each published table is read from the catalog — columns (generated ones
+//!   all tables), and listed tables it lacks are added to it; each followed table is read from the catalog — columns (generated ones
 //!   are not replicated), the key (the primary key, or the replica-identity index), the
 //!   replica identity — and refused with a clear error if it has no key, a column of an
 //!   unsupported type, or TOAST-able columns under a replica identity that cannot supply
@@ -26,6 +26,11 @@
 //!   ([`crate::changelog`]). `TRUNCATE` empties the stream. Rows are handed over at
 //!   transaction boundaries only, so a checkpoint never splits a transaction; the copy is
 //!   append rows of its own checkpoint.
+//! * **Tables added later** (`backfill`): a table new to a running job — added to `tables` —
+//!   is copied by an incremental snapshot, in chunks interleaved with the stream, committed
+//!   chunk by chunk with the job's checkpoints; the stream of every other table keeps
+//!   landing meanwhile. The job's commits say which tables it holds (`pg.tables`) and how far
+//!   each pending one got (`pg.backfill`).
 //! * **Acknowledgement.** The slot's flush position moves only in [`acknowledge`], called
 //!   after the Iceberg commit; when idle with nothing uncommitted, keepalive positions are
 //!   acknowledged so the slot does not hold WAL for unrelated traffic (`stream`). A broken
@@ -37,7 +42,7 @@
 //!
 //! [`acknowledge`]: floe_core::Reader::acknowledge
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
@@ -51,6 +56,7 @@ use tokio::sync::mpsc;
 use crate::changelog::{ChangelogBuilder, key_names};
 use catalog::PgTable;
 
+mod backfill;
 mod catalog;
 mod config;
 mod session;
@@ -70,6 +76,11 @@ pub const SYSTEM: &str = "pg.system-id";
 pub const TIMELINE: &str = "pg.timeline";
 /// The slot.
 pub const SLOT: &str = "pg.slot";
+/// The tables the job holds whole (a JSON array of `schema.table`).
+pub const TABLES: &str = "pg.tables";
+/// The tables being copied by an incremental snapshot, and the last key copied of each (a
+/// JSON object; `null` before the first chunk).
+pub const BACKFILL: &str = "pg.backfill";
 
 /// A failure of the server (or of the way to it) while doing `context`.
 fn err(context: &str, e: impl std::fmt::Display) -> SourceError {
@@ -113,6 +124,15 @@ pub struct PostgresSource {
     truncated: Vec<bool>,
     /// Copied rows not handed over yet.
     copied: Vec<(usize, RecordBatch)>,
+    /// Rows (or a truncate, `None`) that must be handed over before the rest, in this order:
+    /// a closed chunk of an incremental snapshot and what the stream read before it.
+    ordered: Vec<(usize, Option<RecordBatch>)>,
+    /// The tables the job holds whole.
+    known: BTreeSet<String>,
+    /// Incremental snapshots to run, the first one in progress.
+    backfills: Vec<backfill::Backfill>,
+    /// The transaction being read (its id).
+    xid: u32,
     /// Bumps when a table's columns change.
     version: u64,
     /// End LSN of the last transaction read whole.
@@ -159,6 +179,10 @@ impl PostgresSource {
             changes: Vec::new(),
             truncated: Vec::new(),
             copied: Vec::new(),
+            ordered: Vec::new(),
+            known: BTreeSet::new(),
+            backfills: Vec::new(),
+            xid: 0,
             version: 0,
             position: 0,
             taken: 0,
@@ -216,6 +240,11 @@ impl Reader for PostgresSource {
         true
     }
 
+    fn knows_all_streams(&self) -> bool {
+        // Listed tables are all the job follows; with `FOR ALL TABLES` tables come and go.
+        !self.config.tables.is_empty()
+    }
+
     async fn seek(&mut self, committed: &Committed) -> Result<(), SourceError> {
         let lsn_of = |p: &Positions| {
             p.get(LSN)
@@ -262,6 +291,7 @@ impl Reader for PostgresSource {
             )));
         }
         self.system_id = newest.get(SYSTEM).cloned().unwrap_or_default();
+        self.plan_backfills(newest)?;
         // Resume from the oldest table position: the slot itself never goes back past what
         // was acknowledged, and per-table skipping drops what a table already holds.
         let start = self
@@ -291,7 +321,11 @@ impl Reader for PostgresSource {
                 Ok(Polled::Records)
             }
             Phase::Streaming => {
+                if self.in_transaction.is_none() {
+                    self.next_chunk().await?;
+                }
                 self.read_stream(timeout).await?;
+                self.settle_backfill().await?;
                 Ok(Polled::Records)
             }
         }
@@ -303,6 +337,12 @@ impl Reader for PostgresSource {
             .map(ChangelogBuilder::rows)
             .sum::<usize>()
             + self.copied.iter().map(|(_, b)| b.num_rows()).sum::<usize>()
+            + self.backfills.first().map_or(0, |b| b.held_rows())
+            + self
+                .ordered
+                .iter()
+                .map(|(_, b)| b.as_ref().map_or(0, RecordBatch::num_rows))
+                .sum::<usize>()
     }
 
     fn bytes_read(&self) -> u64 {
@@ -310,6 +350,12 @@ impl Reader for PostgresSource {
     }
 
     fn take(&mut self, out: &mut ReadOut) {
+        for (index, rows) in self.ordered.drain(..) {
+            out.items.push(match rows {
+                None => ReadItem::Truncate(index),
+                Some(batch) => ReadItem::Rows(StreamBatch::single(index, batch, PARTITION)),
+            });
+        }
         for (index, truncated) in self.truncated.iter_mut().enumerate() {
             if std::mem::take(truncated) {
                 out.items.push(ReadItem::Truncate(index));
@@ -333,6 +379,7 @@ impl Reader for PostgresSource {
         if self.phase == Phase::Copied {
             self.phase = Phase::CopyTaken;
         }
+        self.backfills_taken();
         self.taken = self.position;
     }
 
@@ -354,6 +401,11 @@ impl Reader for PostgresSource {
             (SYSTEM.to_string(), self.system_id.clone()),
             (TIMELINE.to_string(), self.timeline.to_string()),
             (SLOT.to_string(), self.config.slot.clone()),
+            (
+                TABLES.to_string(),
+                serde_json::to_string(&self.known).unwrap_or_default(),
+            ),
+            (BACKFILL.to_string(), self.backfill_position()),
         ])
     }
 
@@ -375,11 +427,13 @@ impl Reader for PostgresSource {
                  was stopped for long; a retired job must drop its slot"
             );
         }
-        vec![
+        let mut gauges = vec![
             ("postgres_slot_retained_wal_bytes", state.retained_wal_bytes),
             ("postgres_slot_lag_bytes", state.lag_bytes),
             ("postgres_slot_active", state.active as i64),
-        ]
+        ];
+        gauges.extend(self.backfill_status());
+        gauges
     }
 
     fn acknowledge(&mut self, positions: &Positions) {

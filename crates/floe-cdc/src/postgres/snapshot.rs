@@ -96,6 +96,7 @@ impl PostgresSource {
                         from: table.quoted(),
                         select: &table.copy_columns,
                         layout: &table.layout,
+                        filter: None,
                     };
                     if let Err(e) = copy.run(&client, &tx).await {
                         let _ = tx.send(Err(e)).await;
@@ -107,6 +108,9 @@ impl PostgresSource {
         }
         // The copy replaces whatever an earlier, unfinished attempt left in the tables.
         self.truncated.iter_mut().for_each(|t| *t = true);
+        // The copy holds every table whole.
+        self.known = self.tables.iter().map(|t| t.qualified()).collect();
+        self.backfills.clear();
         self.snapshot = Some(rx);
         self.replication = Some(replication);
         self.phase = Phase::Copying;

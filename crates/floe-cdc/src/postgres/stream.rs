@@ -14,6 +14,7 @@ use bytes::Bytes;
 use floe_core::{Op, SourceError};
 use pgwire_replication::{Lsn, ReplicationEvent};
 
+use super::backfill::Change;
 use super::catalog::{self, iceberg_schema};
 use super::session::{connect, open_replication};
 use super::{Phase, PostgresSource, err};
@@ -90,6 +91,7 @@ impl PostgresSource {
         }
         self.truncated.iter_mut().for_each(|t| *t = false);
         self.in_transaction = None;
+        self.backfills_forget_unread();
     }
 
     /// The replication session broke: everything after the last transaction handed over is
@@ -171,8 +173,9 @@ impl PostgresSource {
                 }
             };
             match event {
-                ReplicationEvent::Begin { final_lsn, .. } => {
+                ReplicationEvent::Begin { final_lsn, xid, .. } => {
                     self.in_transaction = Some(final_lsn.as_u64());
+                    self.xid = xid;
                 }
                 ReplicationEvent::XLogData { data, .. } => {
                     self.bytes += data.len() as u64;
@@ -188,11 +191,19 @@ impl PostgresSource {
                     if self.in_transaction.is_none()
                         && self.position <= self.acknowledged
                         && self.changes.iter().all(|c| c.rows() == 0)
+                        && self.ordered.is_empty()
                     {
                         replication.update_applied_lsn(wal_end);
                     }
                 }
-                ReplicationEvent::Message { .. } => {}
+                ReplicationEvent::Message {
+                    prefix, content, ..
+                } => {
+                    // A chunk to close: then the next one is taken right away.
+                    if self.on_watermark(&prefix, &content) && self.in_transaction.is_none() {
+                        return Ok(());
+                    }
+                }
                 ReplicationEvent::StoppedAt { .. } => {
                     return Err(SourceError::external(
                         "postgres: the replication stream stopped",
@@ -225,8 +236,14 @@ impl PostgresSource {
                     if let Some(&index) = self.by_oid.get(&oid)
                         && commit_lsn >= self.tables[index].committed_end
                     {
-                        self.changes[index].clear();
-                        self.truncated[index] = true;
+                        let xid = self.xid;
+                        if let Some(backfill) = self.backfill_of(index) {
+                            // In order with the table's held changes.
+                            backfill.hold(xid, Change::Truncate);
+                        } else {
+                            self.changes[index].clear();
+                            self.truncated[index] = true;
+                        }
                     }
                 }
             }
@@ -296,10 +313,16 @@ impl PostgresSource {
                 op.symbol()
             )));
         }
+        let xid = self.xid;
+        if let Some(backfill) = self.backfill_of(index) {
+            // Being copied: applied, kept or dropped by its key (`backfill`).
+            backfill.hold(xid, Change::Row(op, tuple.clone()));
+            return Ok(());
+        }
+        let qualified = self.tables[index].qualified();
         self.changes[index].push(op, tuple).map_err(|e| {
             SourceError::user(format!(
-                "postgres: table {} at LSN {}: {e}",
-                table.qualified(),
+                "postgres: table {qualified} at LSN {}: {e}",
                 Lsn::from_u64(commit_lsn)
             ))
         })
@@ -311,6 +334,10 @@ impl PostgresSource {
         let Some(&index) = self.by_oid.get(&relation.id) else {
             return Ok(());
         };
+        // Changes held for an incremental snapshot are in the columns so far.
+        if self.backfill_of(index).is_some() {
+            self.sort_held().await?;
+        }
         let current = self.tables[index].layout.clone();
         let qualified = self.tables[index].qualified();
         let mut layout = Vec::with_capacity(relation.columns.len());
@@ -370,7 +397,44 @@ impl PostgresSource {
             table.layout = layout;
             table.layout_union = Some(Arc::new(union));
             self.version += 1;
+            if self.backfill_of(index).is_some() {
+                self.refresh_copy_columns(index, relation.id).await?;
+            }
         }
+        Ok(())
+    }
+
+    /// A table being copied gained columns: its next chunks select them too.
+    async fn refresh_copy_columns(&mut self, index: usize, oid: u32) -> Result<(), SourceError> {
+        let table = &self.tables[index];
+        let identity: String = self
+            .catalog
+            .query_one(
+                "SELECT relreplident::text FROM pg_class WHERE oid = $1",
+                &[&oid],
+            )
+            .await
+            .map_err(|e| err("reading the table's replica identity", e))?
+            .get(0);
+        let fresh = catalog::read_table(
+            &self.catalog,
+            &self.config,
+            oid,
+            &table.schema,
+            &table.name,
+            &identity,
+        )
+        .await
+        .map_err(SourceError::user)?;
+        let names = |l: &[Column]| l.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+        if names(&fresh.layout) != names(&table.layout) {
+            return Err(SourceError::external(format!(
+                "postgres: the columns of {} changed again while it is copied; the job reads \
+                 them anew when it starts again",
+                table.qualified()
+            )));
+        }
+        self.tables[index].copy_columns = fresh.copy_columns;
         Ok(())
     }
 }

@@ -124,8 +124,19 @@ pub(crate) fn spawn_floe(job: &Path, log: &Path) -> std::process::Child {
 /// Starts `floe run JOB` with its log appended to `log` and `env` set (a shipped job file's
 /// `${VAR}`s).
 pub(crate) fn spawn_floe_with(job: &Path, log: &Path, env: &[(&str, &str)]) -> std::process::Child {
+    spawn_floe_run(job, log, env, &[])
+}
+
+/// `floe run JOB ARGS…` with its log appended to `log` and `env` set.
+pub(crate) fn spawn_floe_run(
+    job: &Path,
+    log: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_floe"))
         .args(["run", job.to_str().unwrap()])
+        .args(args)
         .envs(env.iter().copied())
         .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::null())

@@ -65,6 +65,7 @@ pub(crate) fn canonical(table: &str, duckdb: bool) -> String {
             c("amount::text", "amount::varchar"),
         ],
         "scratch" => vec![c("k::text", "k::varchar"), c("v::text", "v::varchar")],
+        "orders" => vec![c("id::text", "id::varchar"), c("note", "note")],
         "items" => vec![
             c("id::text", "id::varchar"),
             c("qty::text", "qty::varchar"),
@@ -158,7 +159,7 @@ impl Database {
             .client
             .copy_out(&format!(
                 "COPY (SELECT {} FROM {table}) TO STDOUT",
-                canonical(table, false)
+                canonical(table.rsplit('.').next().unwrap_or(table), false)
             ))
             .await
             .unwrap();
@@ -226,14 +227,26 @@ pub(crate) async fn compare(
     dir: &Path,
     tables: &[&str],
 ) -> Vec<(String, u64, u64, u64)> {
+    let pairs: Vec<(&str, &str)> = tables.iter().map(|t| (*t, *t)).collect();
+    compare_as(db, client, dir, &pairs).await
+}
+
+/// [`compare`] for Postgres tables (`schema.table` outside `public`) that land in Iceberg
+/// tables of other names: `(postgres, iceberg)` pairs.
+pub(crate) async fn compare_as(
+    db: &Database,
+    client: &CatalogClient,
+    dir: &Path,
+    tables: &[(&str, &str)],
+) -> Vec<(String, u64, u64, u64)> {
     let mut script = String::from(
         "import duckdb_offline\ncon = duckdb_offline.connect()\n\
          def one(q): return con.sql(q).fetchone()[0]\n",
     );
-    for table in tables {
+    for (table, iceberg) in tables {
         let file = dir.join(format!("{table}.pg"));
         db.export(table, &file).await;
-        let location = metadata_location(client, table).await;
+        let location = metadata_location(client, iceberg).await;
         script.push_str(&format!(
             "con.sql(\"CREATE OR REPLACE TABLE pg AS SELECT r FROM read_csv('{}', header=false, \
              columns={{'r': 'VARCHAR'}}, delim='\\x01', quote='', escape='')\")\n\
@@ -241,7 +254,7 @@ pub(crate) async fn compare(
              print('{table}', one('SELECT count(*) FROM pg'), one('SELECT count(*) FROM (SELECT r FROM pg EXCEPT ALL SELECT r FROM ice)'), \
              one('SELECT count(*) FROM (SELECT r FROM ice EXCEPT ALL SELECT r FROM pg)'), one('SELECT count(*) FROM ice'))\n",
             file.display(),
-            canonical(table, true).replace('"', "\\\"")
+            canonical(table.rsplit('.').next().unwrap_or(table), true).replace('"', "\\\"")
         ));
     }
     python(&script)
