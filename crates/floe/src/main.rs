@@ -95,6 +95,9 @@ enum Command {
         #[arg(long)]
         delete: bool,
     },
+    /// Change data capture jobs.
+    #[command(subcommand)]
+    Cdc(CdcCommand),
     /// Generated OpenTelemetry data into Iceberg, with no services; then query it with DuckDB.
     Quickstart {
         /// Directory for the warehouse and the catalog database.
@@ -103,6 +106,19 @@ enum Command {
         /// How long to generate data.
         #[arg(long, default_value = "20s")]
         duration: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CdcCommand {
+    /// Copy one table of a Postgres job again (e.g. after it was restored from a backup): the
+    /// running job empties its Iceberg table and copies it by an incremental snapshot while
+    /// the stream goes on (a job that is down does it when it starts).
+    Resnapshot {
+        /// The job file.
+        job: PathBuf,
+        /// The table, `schema.table`.
+        table: String,
     },
 }
 
@@ -453,6 +469,32 @@ async fn main() -> ExitCode {
             delete,
         } => match load(&job) {
             Ok((config, _)) => savepoints(&config, name.as_deref(), list, delete).await,
+            Err(errors) => {
+                eprintln!("{errors}");
+                return ExitCode::from(2);
+            }
+        },
+        Command::Cdc(CdcCommand::Resnapshot { job, table }) => match load(&job) {
+            Ok((_, SourceConfig::Postgres(p))) => {
+                let table = if table.contains('.') {
+                    table
+                } else {
+                    format!("public.{table}")
+                };
+                floe_cdc::postgres::request_resnapshot(&p, &table)
+                    .await
+                    .map(|lsn| {
+                        println!(
+                            "re-snapshot of {table} requested at LSN {lsn}; the job logs \
+                             `incremental snapshot complete table={table}` when it is done"
+                        );
+                    })
+                    .map_err(anyhow::Error::from)
+            }
+            Ok(_) => Err(anyhow::anyhow!(
+                "{}: `floe cdc resnapshot` is for Postgres jobs ([source.postgres])",
+                job.display()
+            )),
             Err(errors) => {
                 eprintln!("{errors}");
                 return ExitCode::from(2);

@@ -5,7 +5,8 @@
 //!   writer option keeps the table (`shop_orders`, the naming rule); one that renames it is
 //!   refused with `file:line:col` until `--rename-table`, which renames it with its history;
 //!   a table taken out of `tables` is refused until `--stop-following`; put back, it is
-//!   copied anew by an incremental snapshot;
+//!   copied anew by an incremental snapshot; changed behind the job's back, it is made equal
+//!   again by `floe cdc resnapshot`;
 //! * **a table added to a running job** — a large table added to `tables` is copied by an
 //!   incremental snapshot under a random write workload on it and on the other table, killed
 //!   -9 again and again while it copies; the other table's changes keep landing meanwhile
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 
 mod support;
-use support::pg::{Fixture, compare_as, job_file, wait_caught_up};
+use support::pg::{Fixture, compare_as, differences, job_file, wait_caught_up};
 use support::{committed, kills, spawn_floe, spawn_floe_run, terminate};
 
 /// The tests run one at a time: the freshness bound is about the job, not about another
@@ -187,8 +188,58 @@ async fn edits_that_would_fork_a_table_are_refused_and_deliberate_ones_apply() {
     wait_backfilled(&f, &mut child, &log).await;
     db.client.batch_execute(&writes(6)).await.unwrap();
     wait_caught_up(db, &f.client, &mut child, &log).await;
+    equal(&f, &[("shop.orders", "orders_v2"), ("items", "items")]).await;
+
+    // Changed behind the job's back (the table left the publication for a while, as after a
+    // restore from a backup): `floe cdc resnapshot` makes it equal again, the job running.
+    for sql in [
+        "ALTER PUBLICATION floe_cdc DROP TABLE items",
+        "UPDATE items SET qty = -qty WHERE id % 2 = 0",
+        "DELETE FROM items WHERE id < 10",
+        "ALTER PUBLICATION floe_cdc ADD TABLE items",
+    ] {
+        db.client.batch_execute(sql).await.unwrap();
+    }
+    db.client.batch_execute(&writes(7)).await.unwrap();
+    wait_caught_up(db, &f.client, &mut child, &log).await;
+    let diverged = differences(db, &f.client, &f.dir, &[("items", "items")]).await;
+    assert!(diverged[0].2 > 0, "the table diverged: {diverged:?}");
+    let completed = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches("incremental snapshot complete table=public.items")
+            .count()
+    };
+    let before = completed();
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["cdc", "resnapshot", job.to_str().unwrap(), "public.items"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let began = Instant::now();
+    while completed() == before {
+        assert!(began.elapsed() < Duration::from_secs(120), "no re-snapshot");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    db.client.batch_execute(&writes(8)).await.unwrap();
+    wait_caught_up(db, &f.client, &mut child, &log).await;
     terminate(child);
     equal(&f, &[("shop.orders", "orders_v2"), ("items", "items")]).await;
+    // A table the job does not follow is refused by name.
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(["cdc", "resnapshot", job.to_str().unwrap(), "public.nope"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not follow public.nope"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     f.finish().await;
 }
 
@@ -403,5 +454,66 @@ async fn a_table_added_to_a_running_job_is_copied_while_the_stream_flows_and_the
             .unwrap_or_default()
     );
     equal(&f, &[("scratch", "scratch"), ("big", "big")]).await;
+    f.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
+async fn a_table_created_under_a_for_all_tables_publication_is_followed_from_its_first_row() {
+    let _serial = SERIAL.lock().await;
+    let f = Fixture::new("created").await;
+    let db = &f.db;
+    db.client
+        .batch_execute(
+            "CREATE TABLE scratch (k int PRIMARY KEY, v int);
+             INSERT INTO scratch SELECT g, g FROM generate_series(0, 9) g;",
+        )
+        .await
+        .unwrap();
+    let job = job_file(&f.dir, db, &f.catalog.uri(), "replica_identity_full = true");
+    let log = f.dir.join("floe.log");
+    let mut child = spawn_floe(&job, &log);
+    wait_caught_up(db, &f.client, &mut child, &log).await;
+    // Created with rows in one transaction, then changed while the job follows it.
+    db.client
+        .batch_execute(
+            "BEGIN;
+             CREATE TABLE items (id int PRIMARY KEY, qty int, label text);
+             INSERT INTO items SELECT g, g, 'item ' || g FROM generate_series(1, 120000) g;
+             COMMIT;",
+        )
+        .await
+        .unwrap();
+    for round in 0..5 {
+        db.client
+            .batch_execute(&format!(
+                "UPDATE items SET qty = qty + 1 WHERE id % 1000 = {round};
+                 DELETE FROM items WHERE id % 997 = {round};
+                 INSERT INTO items VALUES (200000 + {round}, 0, 'later');
+                 UPDATE scratch SET v = v + 1;"
+            ))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let began = Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("incremental snapshot complete table=public.items")
+    {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "floe stopped: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(180),
+            "items was never copied"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_caught_up(db, &f.client, &mut child, &log).await;
+    terminate(child);
+    equal(&f, &[("scratch", "scratch"), ("items", "items")]).await;
     f.finish().await;
 }

@@ -8,8 +8,11 @@
 //! 1. In a `REPEATABLE READ` transaction: `pg_current_snapshot()` (the chunk's snapshot *S*:
 //!    which transactions it sees), the chunk's upper key (`ORDER BY key OFFSET n-1 LIMIT 1`)
 //!    and a binary `COPY` of the rows with `after < key <= upper`.
-//! 2. After it, a non-transactional `pg_logical_emit_message` — the **high watermark** — so
-//!    that the stream, on reaching it, has delivered every transaction *S* sees.
+//! 2. After it, a transactional `pg_logical_emit_message` — the **high watermark**, delivered
+//!    at its commit, so that the stream, on reaching it, has delivered every transaction *S*
+//!    sees (all committed before *S* was taken). Transactional, because a commit flushes the
+//!    WAL: a non-transactional message waits for the WAL writer (up to `wal_writer_delay`)
+//!    before the walsender may send it.
 //! 3. The stream goes on meanwhile. Its changes of the table are sorted by key against the
 //!    copy's progress (by Postgres itself, so every type and collation orders as the chunks
 //!    do): a change of a key already copied is applied; one of a key not copied yet is
@@ -47,6 +50,10 @@ pub(super) const CHUNK_ROWS: usize = 50_000;
 
 /// The logical message prefix of the high watermarks.
 pub(super) const WATERMARK_PREFIX: &str = "floe.watermark";
+
+/// The logical message prefix of a re-snapshot request (`floe cdc resnapshot`): its content
+/// is `slot` TAB `schema.table`.
+pub(super) const RESNAPSHOT_PREFIX: &str = "floe.resnapshot";
 
 /// A `pg_snapshot`: which transactions it sees.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,6 +168,11 @@ impl Backfill {
     /// once sorted ([`PostgresSource::sort_held`]).
     pub(super) fn hold(&mut self, xid: u32, change: Change) {
         self.held.push((xid, change));
+    }
+
+    /// Its open chunk's watermark arrived.
+    pub(super) fn closing(&self) -> bool {
+        self.closing
     }
 
     /// Rows held (not sorted yet).
@@ -284,6 +296,11 @@ impl PostgresSource {
         let first = backfill.chunks == 0 && backfill.rows == 0;
         let name = table.qualified();
         let failed = |e: tokio_postgres::Error| err(&format!("copying a chunk of {name}"), e);
+        if first {
+            // Rates and the ETA count from the first chunk (the stream may first have had to
+            // reach the table's addition).
+            self.backfills[0].began = Instant::now();
+        }
         if first && self.backfills[0].estimate == 0 {
             let estimate: i64 = self
                 .catalog
@@ -391,7 +408,7 @@ impl PostgresSource {
         });
         self.catalog
             .execute(
-                "SELECT pg_logical_emit_message(false, $1, $2)",
+                "SELECT pg_logical_emit_message(true, $1, $2)",
                 &[&WATERMARK_PREFIX, &token],
             )
             .await
@@ -412,6 +429,37 @@ impl PostgresSource {
                 .is_some_and(|open| open.token.as_bytes() == content);
         backfill.closing |= ours;
         ours
+    }
+
+    /// A re-snapshot request arrived in the stream (`floe cdc resnapshot`): the table is
+    /// emptied here, in stream order, and copied again by an incremental snapshot. Returns
+    /// whether the message was one for this job.
+    pub(super) fn on_resnapshot(&mut self, prefix: &str, content: &[u8]) -> bool {
+        if prefix != RESNAPSHOT_PREFIX {
+            return false;
+        }
+        let content = String::from_utf8_lossy(content);
+        let Some((slot, name)) = content.split_once('\t') else {
+            return false;
+        };
+        if slot != self.config.slot {
+            return false;
+        }
+        let Some(index) = self.tables.iter().position(|t| t.qualified() == name) else {
+            tracing::warn!(table = %name, "a re-snapshot request for a table the job does not follow; ignored");
+            return true;
+        };
+        if self.backfills.iter().any(|b| b.table == name) {
+            tracing::warn!(table = %name, "a re-snapshot request for a table being copied already; ignored");
+            return true;
+        }
+        tracing::info!(table = %name, "re-snapshot requested: the table is emptied and copied again while the stream goes on");
+        self.changes[index].clear();
+        self.truncated[index] = true;
+        self.known.remove(name);
+        self.backfills
+            .push(Backfill::new(name.to_string(), None, true));
+        true
     }
 
     /// Sorts the held changes, then closes the chunk whose watermark arrived. Called after

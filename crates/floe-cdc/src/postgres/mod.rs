@@ -205,6 +205,34 @@ impl PostgresSource {
     }
 }
 
+/// Asks the running job that follows `config`'s slot to copy `table` (`schema.table`) again:
+/// a transactional logical message the job reads in its stream, in order with the changes, so
+/// a job that is down acts on it when it comes back. Returns the message's LSN.
+pub async fn request_resnapshot(
+    config: &PostgresConfig,
+    table: &str,
+) -> Result<String, SourceError> {
+    let client = session::connect(config).await?;
+    let followed = catalog::read_tables(&client, config).await?;
+    if !followed.iter().any(|(_, t)| t.qualified() == table) {
+        let names: Vec<String> = followed.iter().map(|(_, t)| t.qualified()).collect();
+        return Err(SourceError::user(format!(
+            "postgres: the job does not follow {table}; it follows {names:?}"
+        )));
+    }
+    let row = client
+        .query_one(
+            "SELECT pg_logical_emit_message(true, $1, $2)::text",
+            &[
+                &backfill::RESNAPSHOT_PREFIX,
+                &format!("{}\t{table}", config.slot),
+            ],
+        )
+        .await
+        .map_err(|e| err("writing the re-snapshot request", e))?;
+    Ok(row.get(0))
+}
+
 impl Reader for PostgresSource {
     fn streams(&self) -> Vec<StreamSpec> {
         self.tables

@@ -184,6 +184,10 @@ impl PostgresSource {
                 ReplicationEvent::Commit { end_lsn, .. } => {
                     self.in_transaction = None;
                     self.position = self.position.max(end_lsn.as_u64());
+                    // A chunk's watermark arrived: it closes now, and the next one is taken.
+                    if self.backfills.first().is_some_and(|b| b.closing()) {
+                        return Ok(());
+                    }
                 }
                 ReplicationEvent::KeepAlive { wal_end, .. } => {
                     // Nothing read since the last commit, and nothing uncommitted: the slot
@@ -202,6 +206,10 @@ impl PostgresSource {
                     // A chunk to close: then the next one is taken right away.
                     if self.on_watermark(&prefix, &content) && self.in_transaction.is_none() {
                         return Ok(());
+                    }
+                    let commit_lsn = self.in_transaction.unwrap_or(0);
+                    if self.tables.iter().all(|t| commit_lsn >= t.committed_end) {
+                        self.on_resnapshot(&prefix, &content);
                     }
                 }
                 ReplicationEvent::StoppedAt { .. } => {
@@ -332,7 +340,7 @@ impl PostgresSource {
     /// a changed type or key stops the job.
     async fn on_relation(&mut self, relation: pgoutput::Relation) -> Result<(), SourceError> {
         let Some(&index) = self.by_oid.get(&relation.id) else {
-            return Ok(());
+            return self.adopt_table(&relation).await;
         };
         // Changes held for an incremental snapshot are in the columns so far.
         if self.backfill_of(index).is_some() {
@@ -401,6 +409,48 @@ impl PostgresSource {
                 self.refresh_copy_columns(index, relation.id).await?;
             }
         }
+        Ok(())
+    }
+
+    /// A table the stream carries that the job does not follow yet: under `FOR ALL TABLES`, one
+    /// created since the job started. It is followed from here on and copied by an incremental
+    /// snapshot (its rows so far may predate this message); a table Floe cannot follow stops the
+    /// job as it would at start.
+    async fn adopt_table(&mut self, relation: &pgoutput::Relation) -> Result<(), SourceError> {
+        if !self.config.tables.is_empty() || relation.namespace.is_empty() {
+            return Ok(());
+        }
+        let identity = char::from(relation.replica_identity).to_string();
+        let table = catalog::read_table(
+            &self.catalog,
+            &self.config,
+            relation.id,
+            &relation.namespace,
+            &relation.name,
+            &identity,
+        )
+        .await
+        .map_err(SourceError::user)?;
+        let streamed: Vec<&str> = relation.columns.iter().map(|c| c.name.as_str()).collect();
+        let read: Vec<&str> = table.layout.iter().map(|c| c.name.as_str()).collect();
+        if streamed != read {
+            return Err(SourceError::external(format!(
+                "postgres: the new table {} changed since the stream's first change of it; the \
+                 job reads it anew when it starts again",
+                table.qualified()
+            )));
+        }
+        let name = table.qualified();
+        tracing::info!(table = %name, "a new table in the publication: following it, and copying it by an incremental snapshot");
+        self.by_oid.insert(relation.id, self.tables.len());
+        self.changes.push(crate::changelog::ChangelogBuilder::new(
+            table.layout.clone(),
+        ));
+        self.truncated.push(true);
+        self.tables.push(table);
+        self.backfills
+            .push(super::backfill::Backfill::new(name, None, true));
+        self.version += 1;
         Ok(())
     }
 
