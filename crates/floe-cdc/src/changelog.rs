@@ -36,6 +36,16 @@ pub struct Column {
 /// The columns of a table as of some point of the stream; tuples are in this order.
 pub type Layout = Arc<Vec<Column>>;
 
+/// The Iceberg table of a source table when the job file does not name it: the table's own
+/// name in `public`, `schema_table` elsewhere — one rule for the Postgres source and Debezium.
+pub fn default_table_name(schema: &str, table: &str) -> String {
+    if schema == "public" {
+        table.to_string()
+    } else {
+        format!("{schema}_{table}")
+    }
+}
+
 /// The names of the key columns, in column order.
 pub fn key_names(columns: &[Column]) -> Vec<String> {
     columns

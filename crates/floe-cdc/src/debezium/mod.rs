@@ -142,8 +142,7 @@ impl DebeziumFormat {
             .get(&source_name)
             .cloned()
             .unwrap_or_else(|| match source_name.split_once('.') {
-                Some(("public", table)) => table.to_string(),
-                Some((schema, table)) => format!("{schema}_{table}"),
+                Some((schema, table)) => crate::changelog::default_table_name(schema, table),
                 None => source_name.replace(['.', '-'], "_"),
             });
         let layout: Layout = Arc::new(columns.iter().map(|c| c.column.clone()).collect());

@@ -337,13 +337,7 @@ pub(super) async fn read_table(
         .table_names
         .get(&qualified)
         .cloned()
-        .unwrap_or_else(|| {
-            if schema == "public" {
-                name.to_string()
-            } else {
-                format!("{schema}_{name}")
-            }
-        });
+        .unwrap_or_else(|| crate::changelog::default_table_name(schema, name));
     Ok(PgTable {
         schema: schema.to_string(),
         name: name.to_string(),
