@@ -167,6 +167,14 @@ impl Backfill {
     /// A change of the table arrived in transaction `xid`; it is applied, kept or dropped
     /// once sorted ([`PostgresSource::sort_held`]).
     pub(super) fn hold(&mut self, xid: u32, change: Change) {
+        if self.after.is_none() && self.open.is_none() && !self.done {
+            // Nothing copied yet (a table waiting for its turn, or before its first chunk):
+            // its chunks will read every row as it is then.
+            if self.touched.last() != Some(&xid) {
+                self.touched.push(xid);
+            }
+            return;
+        }
         self.held.push((xid, change));
     }
 
@@ -268,9 +276,10 @@ impl PostgresSource {
     }
 
     /// The backfill of table `index`, if it is the one being copied.
+    /// The incremental snapshot of table `index`, running or waiting for its turn.
     pub(super) fn backfill_of(&mut self, index: usize) -> Option<&mut Backfill> {
         let name = self.tables[index].qualified();
-        self.backfills.first_mut().filter(|b| b.table == name)
+        self.backfills.iter_mut().find(|b| b.table == name)
     }
 
     /// Takes the next chunk of the first pending table, unless one is waiting for its
@@ -323,6 +332,16 @@ impl PostgresSource {
                 .query_one("SELECT pg_current_snapshot()::text", &[])
                 .await?
                 .get(0);
+            // The columns the chunk copies, as of its snapshot.
+            let current: Vec<String> = client
+                .query_one(
+                    "SELECT coalesce(array_agg(attname::text ORDER BY attnum), '{}') \
+                     FROM pg_attribute WHERE attrelid = $1::text::regclass AND attnum > 0 \
+                     AND NOT attisdropped AND attgenerated = ''",
+                    &[&table.quoted()],
+                )
+                .await?
+                .get(0);
             // Aliased: `ORDER BY id` would otherwise sort the text output column `id`.
             let columns: Vec<String> = table
                 .key_order
@@ -352,16 +371,21 @@ impl PostgresSource {
                         .map(|i| row.get::<_, String>(i))
                         .collect::<Vec<String>>()
                 });
-            Ok::<_, tokio_postgres::Error>((snapshot, upper))
+            Ok::<_, tokio_postgres::Error>((snapshot, upper, current))
         }
         .await;
-        let (snapshot, upper) = match taken {
+        let (snapshot, upper, current) = match taken {
             Ok(v) => v,
             Err(e) => {
                 let _ = client.batch_execute("ROLLBACK").await;
                 return Err(failed(e));
             }
         };
+        let known: Vec<&str> = table.layout.iter().map(|c| c.name.as_str()).collect();
+        if current.iter().map(String::as_str).ne(known.iter().copied()) {
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(super::stream::columns_changed_while_copying(&name));
+        }
         let mut filter: Vec<String> = Vec::new();
         if let Some(a) = &after {
             filter.push(key_compare(&table, ">", a));
@@ -386,7 +410,8 @@ impl PostgresSource {
         // snapshot would be overwritten by the chunk's older rows: take the chunk again.
         if backfill.touched.iter().any(|xid| !snapshot.sees(*xid)) {
             tracing::debug!(table = %name, "a change the chunk does not see was read already; taking the chunk again");
-            backfill.touched.clear();
+            // Until a snapshot sees them.
+            backfill.touched.retain(|xid| !snapshot.sees(*xid));
             return Ok(());
         }
         backfill.touched.clear();
@@ -482,7 +507,8 @@ impl PostgresSource {
         if backfill.held.is_empty() {
             return Ok(());
         }
-        let held = std::mem::take(&mut backfill.held);
+        // Taken only once sorted: a read cancelled during the query (a shutdown) keeps them.
+        let count = backfill.held.len();
         let after = backfill.after.clone();
         let done = backfill.done;
         let upper = backfill.open.as_ref().map(|o| o.upper.clone());
@@ -503,7 +529,7 @@ impl PostgresSource {
             })
             .collect();
         let mut columns: Vec<Vec<String>> = vec![Vec::new(); positions.len()];
-        for (_, change) in &held {
+        for (_, change) in &self.backfills[0].held[..count] {
             if let Change::Row(_, tuple) = change {
                 for (column, &at) in columns.iter_mut().zip(&positions) {
                     column.push(match &tuple[at] {
@@ -569,6 +595,7 @@ impl PostgresSource {
         let mut flags = rows
             .iter()
             .map(|r| (r.get::<_, bool>(0), r.get::<_, bool>(1)));
+        let held: Vec<(u32, Change)> = self.backfills[0].held.drain(..count).collect();
         for (xid, change) in held {
             let backfill = &mut self.backfills[0];
             match change {
@@ -697,7 +724,13 @@ impl PostgresSource {
     pub(super) fn backfills_forget_unread(&mut self) {
         self.ordered.clear();
         for backfill in &mut self.backfills {
-            backfill.open = None;
+            // Changes of the open chunk's window that came before the last take are not read
+            // again: the next chunk's snapshot must see them.
+            if let Some(open) = backfill.open.take() {
+                backfill
+                    .touched
+                    .extend(open.window.iter().map(|(xid, _)| *xid));
+            }
             backfill.held.clear();
             backfill.closing = false;
             backfill.after = backfill.taken_after.clone();
@@ -796,6 +829,20 @@ mod tests {
         assert!(!s.sees(9));
         assert!(s.sees(8));
         assert!(!s.sees(20));
+    }
+
+    #[test]
+    fn changes_before_anything_is_copied_are_dropped_and_remembered() {
+        let mut b = Backfill::new("public.t".into(), None, true);
+        b.hold(7, Change::Truncate);
+        b.hold(7, Change::Row(Op::Insert, Vec::new()));
+        b.hold(9, Change::Row(Op::Delete, Vec::new()));
+        assert_eq!(b.held_rows(), 0, "a waiting table's changes are not kept");
+        assert_eq!(b.touched, vec![7, 9], "but the next chunk must see them");
+        // Once a chunk is copied, changes wait to be sorted against it.
+        b.after = Some(vec!["10".into()]);
+        b.hold(11, Change::Row(Op::Insert, Vec::new()));
+        assert_eq!(b.held_rows(), 1);
     }
 
     #[test]

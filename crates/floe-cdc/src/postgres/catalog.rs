@@ -20,8 +20,9 @@ pub(super) struct PgTable {
     pub(super) layout: Layout,
     /// The select list of the initial binary `COPY` (see [`types::copy_expression`]).
     pub(super) copy_columns: Vec<String>,
-    /// The key columns (quoted) and their SQL types, in index order: the order chunks of an
-    /// incremental snapshot walk.
+    /// The key columns (quoted) and their SQL types with the column's collation (`text
+    /// COLLATE pg_catalog."C"`), in index order: the order chunks of an incremental snapshot
+    /// walk, which comparisons of keys must follow.
     pub(super) key_order: Vec<(String, String)>,
     /// Every column the Iceberg table has: `layout` plus columns dropped at the source since
     /// the job started (kept, NULL from then on). `None` while equal to `layout`.
@@ -218,7 +219,11 @@ pub(super) async fn read_table(
     // The key: the replica-identity index under `USING INDEX`, else the primary key.
     let key_rows = client
         .query(
-            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) FROM pg_index i \
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) || \
+               coalesce((SELECT ' COLLATE ' || quote_ident(n.nspname) || '.' || \
+                 quote_ident(c.collname) FROM pg_collation c \
+                 JOIN pg_namespace n ON n.oid = c.collnamespace WHERE c.oid = a.attcollation), '') \
+             FROM pg_index i \
              JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
              WHERE i.indrelid = $1 AND CASE WHEN $2 = 'i' THEN i.indisreplident \
              ELSE i.indisprimary END \

@@ -24,6 +24,16 @@ use crate::pgoutput::{self, Message, OldTuple, Tuple, Value};
 /// Reconnection attempts after the replication session breaks.
 const RECONNECT_ATTEMPTS: u32 = 8;
 
+/// The columns of a table changed while it is copied by an incremental snapshot.
+pub(super) fn columns_changed_while_copying(table: &str) -> SourceError {
+    SourceError::external(format!(
+        "postgres: the columns of {table} changed while it is copied; the job stops without \
+         committing the copy's next rows — start it again: it reads the columns anew and goes \
+         on from the last committed chunk"
+    ))
+    .permanent()
+}
+
 impl PostgresSource {
     /// Opens the replication session that will stream from `committed_lsn` (refused if the
     /// slot is gone or the server is another cluster); START_REPLICATION waits for the
@@ -342,9 +352,23 @@ impl PostgresSource {
         let Some(&index) = self.by_oid.get(&relation.id) else {
             return self.adopt_table(&relation).await;
         };
-        // Changes held for an incremental snapshot are in the columns so far.
+        // A table being copied (or waiting to be) whose columns change: the chunks and the
+        // changes kept for them are in the old columns. The job stops before committing any
+        // of it and, started again, reads the table's columns anew and goes on from its last
+        // committed chunk.
         if self.backfill_of(index).is_some() {
-            self.sort_held().await?;
+            let layout = &self.tables[index].layout;
+            let same = relation.columns.len() == layout.len()
+                && relation
+                    .columns
+                    .iter()
+                    .zip(layout.iter())
+                    .all(|(r, c)| r.name == c.name);
+            if !same {
+                return Err(columns_changed_while_copying(
+                    &self.tables[index].qualified(),
+                ));
+            }
         }
         let current = self.tables[index].layout.clone();
         let qualified = self.tables[index].qualified();
@@ -405,9 +429,6 @@ impl PostgresSource {
             table.layout = layout;
             table.layout_union = Some(Arc::new(union));
             self.version += 1;
-            if self.backfill_of(index).is_some() {
-                self.refresh_copy_columns(index, relation.id).await?;
-            }
         }
         Ok(())
     }
@@ -441,6 +462,13 @@ impl PostgresSource {
             )));
         }
         let name = table.qualified();
+        if self.tables.iter().any(|t| t.qualified() == name) {
+            return Err(SourceError::external(format!(
+                "postgres: table {name} was dropped and created again; the job stops so that it \
+                 reads the new table when started again"
+            ))
+            .permanent());
+        }
         tracing::info!(table = %name, "a new table in the publication: following it, and copying it by an incremental snapshot");
         self.by_oid.insert(relation.id, self.tables.len());
         self.changes.push(crate::changelog::ChangelogBuilder::new(
@@ -451,40 +479,6 @@ impl PostgresSource {
         self.backfills
             .push(super::backfill::Backfill::new(name, None, true));
         self.version += 1;
-        Ok(())
-    }
-
-    /// A table being copied gained columns: its next chunks select them too.
-    async fn refresh_copy_columns(&mut self, index: usize, oid: u32) -> Result<(), SourceError> {
-        let table = &self.tables[index];
-        let identity: String = self
-            .catalog
-            .query_one(
-                "SELECT relreplident::text FROM pg_class WHERE oid = $1",
-                &[&oid],
-            )
-            .await
-            .map_err(|e| err("reading the table's replica identity", e))?
-            .get(0);
-        let fresh = catalog::read_table(
-            &self.catalog,
-            &self.config,
-            oid,
-            &table.schema,
-            &table.name,
-            &identity,
-        )
-        .await
-        .map_err(SourceError::user)?;
-        let names = |l: &[Column]| l.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
-        if names(&fresh.layout) != names(&table.layout) {
-            return Err(SourceError::external(format!(
-                "postgres: the columns of {} changed again while it is copied; the job reads \
-                 them anew when it starts again",
-                table.qualified()
-            )));
-        }
-        self.tables[index].copy_columns = fresh.copy_columns;
         Ok(())
     }
 }
