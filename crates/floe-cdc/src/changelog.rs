@@ -17,7 +17,7 @@ use std::sync::Arc;
 use arrow_array::builder::{Int8Builder, StringBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
-use floe_core::{OP_COLUMN, Op, UNCHANGED_COLUMN};
+use floe_core::{OP_COLUMN, Op, StreamSpec, UNCHANGED_COLUMN};
 
 use crate::pgoutput::Value;
 use crate::types::{ColumnBuilder, Native, PgType};
@@ -43,6 +43,28 @@ pub fn default_table_name(schema: &str, table: &str) -> String {
         table.to_string()
     } else {
         format!("{schema}_{table}")
+    }
+}
+
+/// The stream of a followed table (Postgres or Debezium): changelog rows keyed by the
+/// layout's key columns, landing in Iceberg table `table` with `schema`.
+pub fn changelog_stream(
+    name: String,
+    table: String,
+    schema: iceberg::spec::Schema,
+    layout: &[Column],
+) -> StreamSpec {
+    StreamSpec {
+        name,
+        table,
+        schema: Some(schema),
+        changelog: true,
+        key: key_names(layout),
+        time_column: None,
+        partition: Vec::new(),
+        bloom_filter_columns: Vec::new(),
+        plain_columns: Vec::new(),
+        properties: Vec::new(),
     }
 }
 

@@ -48,7 +48,7 @@ use floe_core::{
 };
 use serde_json::Value as Json;
 
-use crate::changelog::{ChangelogBuilder, Layout, key_names};
+use crate::changelog::{ChangelogBuilder, Layout, changelog_stream};
 use crate::pgoutput::Value;
 use schema::{DbzColumn, added_columns, envelope, first_columns};
 use values::encode;
@@ -311,17 +311,13 @@ impl Format for DebeziumFormat {
     fn streams(&self) -> Vec<StreamSpec> {
         self.tables
             .iter()
-            .map(|t| StreamSpec {
-                name: t.source_name.clone(),
-                table: t.name.clone(),
-                schema: Some(t.schema.clone()),
-                changelog: true,
-                key: key_names(&t.layout),
-                time_column: None,
-                partition: Vec::new(),
-                bloom_filter_columns: Vec::new(),
-                plain_columns: Vec::new(),
-                properties: Vec::new(),
+            .map(|t| {
+                changelog_stream(
+                    t.source_name.clone(),
+                    t.name.clone(),
+                    t.schema.clone(),
+                    &t.layout,
+                )
             })
             .collect()
     }

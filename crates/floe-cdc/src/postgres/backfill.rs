@@ -170,12 +170,17 @@ impl Backfill {
         if self.after.is_none() && self.open.is_none() && !self.done {
             // Nothing copied yet (a table waiting for its turn, or before its first chunk):
             // its chunks will read every row as it is then.
-            if self.touched.last() != Some(&xid) {
-                self.touched.push(xid);
-            }
+            self.touch(xid);
             return;
         }
         self.held.push((xid, change));
+    }
+
+    /// A change of transaction `xid` was dropped: the next chunk's snapshot must see it.
+    fn touch(&mut self, xid: u32) {
+        if self.touched.last() != Some(&xid) {
+            self.touched.push(xid);
+        }
     }
 
     /// Its open chunk's watermark arrived.
@@ -203,16 +208,25 @@ fn literal(text: &str, ty: &str) -> String {
     format!("'{}'::{ty}", text.replace('\'', "''"))
 }
 
-/// `(k1, k2) op (v1, v2)` over the key in index order.
-fn key_compare(table: &PgTable, op: &str, values: &[String]) -> String {
-    let columns: Vec<&str> = table.key_order.iter().map(|(c, _)| c.as_str()).collect();
+/// `(v1, v2)`: key values (text forms, in index order) as literals of their columns' types.
+fn key_literals(table: &PgTable, values: &[String]) -> String {
     let literals: Vec<String> = table
         .key_order
         .iter()
         .zip(values)
         .map(|((_, ty), v)| literal(v, ty))
         .collect();
-    format!("({}) {op} ({})", columns.join(", "), literals.join(", "))
+    format!("({})", literals.join(", "))
+}
+
+/// `(k1, k2) op (v1, v2)` over the key in index order.
+fn key_compare(table: &PgTable, op: &str, values: &[String]) -> String {
+    let columns: Vec<&str> = table.key_order.iter().map(|(c, _)| c.as_str()).collect();
+    format!(
+        "({}) {op} {}",
+        columns.join(", "),
+        key_literals(table, values)
+    )
 }
 
 /// Adds the `+I` op column: the Iceberg table holds no key the copy has not reached.
@@ -276,10 +290,19 @@ impl PostgresSource {
     }
 
     /// The backfill of table `index`, if it is the one being copied.
-    /// The incremental snapshot of table `index`, running or waiting for its turn.
+    /// The incremental snapshot of table `index`, running or waiting for its turn (asked for
+    /// every change the stream reads: no allocation).
     pub(super) fn backfill_of(&mut self, index: usize) -> Option<&mut Backfill> {
-        let name = self.tables[index].qualified();
-        self.backfills.iter_mut().find(|b| b.table == name)
+        if self.backfills.is_empty() {
+            return None;
+        }
+        let table = &self.tables[index];
+        self.backfills.iter_mut().find(|b| table.is(&b.table))
+    }
+
+    /// The index of table `schema.table`.
+    pub(super) fn table_index(&self, qualified: &str) -> Option<usize> {
+        self.tables.iter().position(|t| t.is(qualified))
     }
 
     /// Takes the next chunk of the first pending table, unless one is waiting for its
@@ -291,11 +314,7 @@ impl PostgresSource {
         if backfill.open.is_some() || backfill.done {
             return Ok(());
         }
-        let Some(index) = self
-            .tables
-            .iter()
-            .position(|t| t.qualified() == backfill.table)
-        else {
+        let Some(index) = self.table_index(&backfill.table) else {
             // The table left the publication meanwhile.
             self.backfills.remove(0);
             return Ok(());
@@ -470,7 +489,7 @@ impl PostgresSource {
         if slot != self.config.slot {
             return false;
         }
-        let Some(index) = self.tables.iter().position(|t| t.qualified() == name) else {
+        let Some(index) = self.table_index(name) else {
             tracing::warn!(table = %name, "a re-snapshot request for a table the job does not follow; ignored");
             return true;
         };
@@ -513,7 +532,7 @@ impl PostgresSource {
         let done = backfill.done;
         let upper = backfill.open.as_ref().map(|o| o.upper.clone());
         let name = backfill.table.clone();
-        let Some(index) = self.tables.iter().position(|t| t.qualified() == name) else {
+        let Some(index) = self.table_index(&name) else {
             return Ok(());
         };
         let table = &self.tables[index];
@@ -550,15 +569,7 @@ impl PostgresSource {
             .map(|(i, (_, ty))| format!("k{i}::{ty}"))
             .collect();
         let keys = format!("({})", keys.join(", "));
-        let values = |v: &[String]| -> String {
-            let literals: Vec<String> = table
-                .key_order
-                .iter()
-                .zip(v)
-                .map(|((_, ty), v)| literal(v, ty))
-                .collect();
-            format!("({})", literals.join(", "))
-        };
+        let values = |v: &[String]| key_literals(table, v);
         let le_after = match &after {
             // The last chunk is copied: every key is.
             _ if done => "true".to_string(),
@@ -616,8 +627,8 @@ impl PostgresSource {
                         })?;
                     } else if in_chunk && let Some(open) = &mut backfill.open {
                         open.window.push((xid, Change::Row(op, tuple)));
-                    } else if backfill.touched.last() != Some(&xid) {
-                        backfill.touched.push(xid);
+                    } else {
+                        backfill.touch(xid);
                     }
                 }
             }
@@ -633,7 +644,7 @@ impl PostgresSource {
             return Ok(());
         };
         let name = backfill.table.clone();
-        let Some(index) = self.tables.iter().position(|t| t.qualified() == name) else {
+        let Some(index) = self.table_index(&name) else {
             return Ok(());
         };
         // What the stream read of the table so far goes first: it is older than the chunk.
@@ -736,10 +747,7 @@ impl PostgresSource {
             backfill.after = backfill.taken_after.clone();
             backfill.done = false;
             if backfill.empty_first
-                && let Some(index) = self
-                    .tables
-                    .iter()
-                    .position(|t| t.qualified() == backfill.table)
+                && let Some(index) = self.tables.iter().position(|t| t.is(&backfill.table))
             {
                 self.truncated[index] = true;
             }

@@ -38,6 +38,11 @@ impl PgTable {
         format!("{}.{}", self.schema, self.name)
     }
 
+    /// Whether this is table `schema.table`.
+    pub(super) fn is(&self, qualified: &str) -> bool {
+        qualified.split_once('.') == Some((self.schema.as_str(), self.name.as_str()))
+    }
+
     pub(super) fn quoted(&self) -> String {
         format!("{}.{}", quote(&self.schema), quote(&self.name))
     }

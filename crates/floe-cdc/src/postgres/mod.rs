@@ -53,7 +53,7 @@ use floe_core::{
 use pgwire_replication::{Lsn, ReplicationClient};
 use tokio::sync::mpsc;
 
-use crate::changelog::{ChangelogBuilder, key_names};
+use crate::changelog::{ChangelogBuilder, changelog_stream};
 use catalog::PgTable;
 
 mod backfill;
@@ -214,7 +214,7 @@ pub async fn request_resnapshot(
 ) -> Result<String, SourceError> {
     let client = session::connect(config).await?;
     let followed = catalog::read_tables(&client, config).await?;
-    if !followed.iter().any(|(_, t)| t.qualified() == table) {
+    if !followed.iter().any(|(_, t)| t.is(table)) {
         let names: Vec<String> = followed.iter().map(|(_, t)| t.qualified()).collect();
         return Err(SourceError::user(format!(
             "postgres: the job does not follow {table}; it follows {names:?}"
@@ -237,17 +237,13 @@ impl Reader for PostgresSource {
     fn streams(&self) -> Vec<StreamSpec> {
         self.tables
             .iter()
-            .map(|t| StreamSpec {
-                name: t.qualified(),
-                table: t.iceberg_name.clone(),
-                schema: Some(t.iceberg.clone()),
-                changelog: true,
-                key: key_names(&t.layout),
-                time_column: None,
-                partition: Vec::new(),
-                bloom_filter_columns: Vec::new(),
-                plain_columns: Vec::new(),
-                properties: Vec::new(),
+            .map(|t| {
+                changelog_stream(
+                    t.qualified(),
+                    t.iceberg_name.clone(),
+                    t.iceberg.clone(),
+                    &t.layout,
+                )
             })
             .collect()
     }

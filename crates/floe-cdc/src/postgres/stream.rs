@@ -462,7 +462,7 @@ impl PostgresSource {
             )));
         }
         let name = table.qualified();
-        if self.tables.iter().any(|t| t.qualified() == name) {
+        if self.table_index(&name).is_some() {
             return Err(SourceError::external(format!(
                 "postgres: table {name} was dropped and created again; the job stops so that it \
                  reads the new table when started again"
