@@ -40,6 +40,9 @@ use crate::service::Catalog;
 use crate::store::{CatalogStore, PostgresBackend, SqlStore, SqliteBackend};
 use crate::warehouse::Warehouse;
 
+/// How long [`RunningCatalog::stop`] waits for open connections to finish.
+pub const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A catalog server running on a background task.
 #[derive(Debug)]
 pub struct RunningCatalog {
@@ -55,12 +58,24 @@ impl RunningCatalog {
         format!("http://{}", self.addr)
     }
 
-    /// Stops accepting requests, lets in-flight ones finish, and waits.
-    pub async fn stop(self) -> std::io::Result<()> {
+    /// Stops accepting requests and lets in-flight ones finish for up to [`DRAIN_TIMEOUT`];
+    /// then it returns, closing what is left. A client's idle keep-alive connection can hold
+    /// axum's graceful shutdown open indefinitely, and a catalog asked to stop must stop.
+    pub async fn stop(mut self) -> std::io::Result<()> {
         self.shutdown.cancel();
-        self.task
-            .await
-            .map_err(|e| std::io::Error::other(format!("catalog task failed: {e}")))?
+        match tokio::time::timeout(DRAIN_TIMEOUT, &mut self.task).await {
+            Ok(joined) => {
+                joined.map_err(|e| std::io::Error::other(format!("catalog task failed: {e}")))?
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "connections still open {} s after the stop; closing them",
+                    DRAIN_TIMEOUT.as_secs()
+                );
+                self.task.abort();
+                Ok(())
+            }
+        }
     }
 }
 

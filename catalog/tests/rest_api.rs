@@ -486,3 +486,30 @@ async fn metrics_count_requests_commits_and_conflicts() {
     );
     h.catalog.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_returns_while_a_client_holds_a_request_open() {
+    use tokio::io::AsyncWriteExt;
+    let h = Harness::start(&backends()[0]).await;
+    // A client that sent half a request head and went quiet: graceful shutdown alone would
+    // wait for it forever.
+    let mut stalled = tokio::net::TcpStream::connect(h.catalog.addr)
+        .await
+        .unwrap();
+    stalled
+        .write_all(b"GET /v1/config HTTP/1.1\r\nHost: catalog\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let addr = h.catalog.addr;
+    let bound = floe_catalog::DRAIN_TIMEOUT + std::time::Duration::from_secs(10);
+    tokio::time::timeout(bound, h.catalog.stop())
+        .await
+        .expect("stop returns within its drain timeout")
+        .unwrap();
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "a stopped catalog accepts no connection"
+    );
+    drop(stalled);
+}

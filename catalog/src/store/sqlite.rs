@@ -130,7 +130,11 @@ impl SqlTx for SqliteTx {
     async fn commit(mut self: Box<Self>) -> ApiResult<()> {
         let conn = self.conn()?;
         let result = tokio::task::block_in_place(|| conn.execute_batch("COMMIT"));
-        self.conn = None;
+        // A COMMIT that failed (SQLITE_BUSY, a full disk) leaves the transaction open: keep
+        // the connection so that drop rolls it back, or every later BEGIN would fail.
+        if result.is_ok() {
+            self.conn = None;
+        }
         result.map_err(unavailable)
     }
 }
