@@ -216,10 +216,12 @@ impl Sink {
                 writer.write(&deletes).await?;
                 output.delete_files = writer.close().await?;
             }
-            if let Some(rows) = collapsed.rows {
-                output.rows += rows.num_rows() as u64;
+            if !collapsed.rows.is_empty() {
                 let mut writer = DataWriter::data(&table, &options)?;
-                writer.write(&rows).await?;
+                for rows in &collapsed.rows {
+                    output.rows += rows.num_rows() as u64;
+                    writer.write(rows).await?;
+                }
                 output.data_files.extend(writer.close().await?);
             }
             Ok(output)

@@ -10,17 +10,25 @@
 //! A row whose [`UNCHANGED_COLUMN`] names columns takes them from the key's previous image in
 //! the buffer; a row where the buffer has none is refused (it is never written as NULL).
 //! A truncate drops everything buffered and deletes all older data.
+//!
+//! The cost per row is one hash of its key bytes and one probe: the index holds entry numbers
+//! only, and a key's bytes stay in the arrow-row buffer of the batch that brought it. The final
+//! rows come out as slices of the batches they arrived in wherever whole runs survive (a
+//! snapshot's copied chunk, untouched in its checkpoint, is written without a copy); only the
+//! scattered survivors are gathered.
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int8Type;
 use arrow_array::{Array, RecordBatch};
-use arrow_row::{RowConverter, SortField};
+use arrow_row::{RowConverter, Rows, SortField};
 use arrow_schema::SchemaRef;
 use floe_core::{OP_COLUMN, Op, UNCHANGED_COLUMN};
 use floe_lake::tables::conform;
 use floe_lake::{ErrorKind, LakeError, LakeResult};
+use foldhash::fast::RandomState;
+use hashbrown::HashTable;
 
 #[derive(Debug)]
 struct Entry {
@@ -28,17 +36,29 @@ struct Entry {
     existed: bool,
     /// A row carrying the key (batch, row).
     key_at: (usize, usize),
+    /// Where the key's bytes are: (`keys` buffer, row).
+    key_bytes: (usize, usize),
+    /// The hash of those bytes.
+    hash: u64,
     /// The last image (batch, row); `None` = the key is gone.
     image: Option<(usize, usize)>,
 }
+
+/// Runs of at least this many consecutive surviving rows of one batch are written as a slice
+/// of it; shorter ones are gathered with the other scattered rows.
+const MIN_RUN: usize = 64;
 
 /// Collapsed changelog rows of one table.
 pub(crate) struct UpsertBuffer {
     key: Vec<String>,
     converter: Option<RowConverter>,
-    /// Rows as received, without the op and unchanged columns.
+    /// Rows as received, without the op and unchanged columns (and patched one-row batches).
     batches: Vec<RecordBatch>,
-    index: HashMap<Box<[u8]>, usize>,
+    /// The key columns of each received batch in arrow-row form.
+    keys: Vec<Rows>,
+    /// Entry numbers by the hash of their key bytes.
+    index: HashTable<usize>,
+    hasher: RandomState,
     entries: Vec<Entry>,
     truncated: bool,
 }
@@ -63,8 +83,8 @@ pub(crate) struct Collapsed {
     pub(crate) truncate: bool,
     /// Key columns of keys that may exist in older data and are replaced or removed.
     pub(crate) deletes: Option<RecordBatch>,
-    /// The final image of every key still present.
-    pub(crate) rows: Option<RecordBatch>,
+    /// The final image of every key still present, in the table's columns (empty: none).
+    pub(crate) rows: Vec<RecordBatch>,
 }
 
 impl UpsertBuffer {
@@ -74,7 +94,9 @@ impl UpsertBuffer {
             key,
             converter: None,
             batches: Vec::new(),
-            index: HashMap::new(),
+            keys: Vec::new(),
+            index: HashTable::new(),
+            hasher: RandomState::default(),
             entries: Vec::new(),
             truncated: false,
         }
@@ -95,9 +117,11 @@ impl UpsertBuffer {
         &self.key
     }
 
-    /// Forgets everything buffered.
+    /// Forgets everything buffered (keeping the index's and entries' capacity for the next
+    /// checkpoint).
     pub(crate) fn clear(&mut self) {
         self.batches.clear();
+        self.keys.clear();
         self.index.clear();
         self.entries.clear();
         self.truncated = false;
@@ -105,9 +129,7 @@ impl UpsertBuffer {
 
     /// Everything buffered goes, and older data too.
     pub(crate) fn truncate(&mut self) {
-        self.batches.clear();
-        self.index.clear();
-        self.entries.clear();
+        self.clear();
         self.truncated = true;
     }
 
@@ -155,11 +177,13 @@ impl UpsertBuffer {
                 .map_err(|e| invalid("key columns").with_source(e))?,
             ),
         };
-        let keys = converter
+        let rows = converter
             .convert_columns(&key_columns)
             .map_err(|e| invalid("key values").with_source(e))?;
         let at = self.batches.len();
+        let key_batch = self.keys.len();
         self.batches.push(image);
+        self.keys.push(rows);
         for row in 0..batch.num_rows() {
             let op = Op::from_code(ops.value(row))
                 .ok_or_else(|| invalid(format!("unknown op code {}", ops.value(row))))?;
@@ -170,20 +194,7 @@ impl UpsertBuffer {
                     self.key.join(", ")
                 )));
             }
-            let key = keys.row(row);
-            let entry = match self.index.get(key.as_ref()) {
-                Some(&e) => e,
-                None => {
-                    self.entries.push(Entry {
-                        existed: op != Op::Insert,
-                        key_at: (at, row),
-                        image: None,
-                    });
-                    self.index
-                        .insert(key.as_ref().into(), self.entries.len() - 1);
-                    self.entries.len() - 1
-                }
-            };
+            let entry = self.entry((key_batch, row), (at, row), op != Op::Insert);
             if !op.is_image() {
                 self.entries[entry].image = None;
                 continue;
@@ -199,6 +210,31 @@ impl UpsertBuffer {
             self.entries[entry].image = Some(image_at);
         }
         Ok(())
+    }
+
+    /// The entry of the key at `key_bytes` (in `keys`), made for the row at `at` if the key
+    /// is new to the checkpoint.
+    fn entry(&mut self, key_bytes: (usize, usize), at: (usize, usize), existed: bool) -> usize {
+        let (keys, entries) = (&self.keys, &mut self.entries);
+        let key = keys[key_bytes.0].row(key_bytes.1);
+        let hash = self.hasher.hash_one(key.as_ref());
+        let same = |e: &usize| {
+            let (b, r) = entries[*e].key_bytes;
+            keys[b].row(r).as_ref() == key.as_ref()
+        };
+        if let Some(&found) = self.index.find(hash, same) {
+            return found;
+        }
+        entries.push(Entry {
+            existed,
+            key_at: at,
+            key_bytes,
+            hash,
+            image: None,
+        });
+        let number = entries.len() - 1;
+        self.index.insert_unique(hash, number, |e| entries[*e].hash);
+        number
     }
 
     /// The row at `at` with `columns` taken from the key's previous image: a new one-row
@@ -251,36 +287,77 @@ impl UpsertBuffer {
     ) -> LakeResult<Collapsed> {
         let truncate = std::mem::take(&mut self.truncated);
         let batches = std::mem::take(&mut self.batches);
-        let entries = std::mem::take(&mut self.entries);
-        self.index.clear();
-        let rows_at: Vec<(usize, usize)> = entries.iter().filter_map(|e| e.image).collect();
-        let deletes_at: Vec<(usize, usize)> = entries
+        let rows_at: Vec<(usize, usize)> = self.entries.iter().filter_map(|e| e.image).collect();
+        let deletes_at: Vec<(usize, usize)> = self
+            .entries
             .iter()
             .filter(|e| e.existed && !truncate)
             .map(|e| e.key_at)
             .collect();
-        let gather =
-            |target: &SchemaRef, at: &[(usize, usize)]| -> LakeResult<Option<RecordBatch>> {
-                if at.is_empty() {
-                    return Ok(None);
-                }
-                let conformed = batches
-                    .iter()
-                    .map(|b| conform(b, target))
-                    .collect::<LakeResult<Vec<_>>>()?;
-                let refs: Vec<&RecordBatch> = conformed.iter().collect();
-                arrow_select::interleave::interleave_record_batch(&refs, at)
-                    .map(Some)
-                    .map_err(|e| invalid("collapsing rows").with_source(e))
-            };
-        let rows = gather(table, &rows_at)?;
-        let deletes = gather(delete_schema, &deletes_at)?;
+        self.clear();
+        let rows = gather_runs(&batches, table, &rows_at)?;
+        let deletes = gather(&batches, delete_schema, &deletes_at)?;
         Ok(Collapsed {
             truncate,
             deletes,
             rows,
         })
     }
+}
+
+/// The rows at `at` of `batches` in `target`'s columns, as one batch (`None`: no rows).
+fn gather(
+    batches: &[RecordBatch],
+    target: &SchemaRef,
+    at: &[(usize, usize)],
+) -> LakeResult<Option<RecordBatch>> {
+    if at.is_empty() {
+        return Ok(None);
+    }
+    // Only the batches the rows come from are conformed, each once.
+    let mut used: Vec<usize> = at.iter().map(|(b, _)| *b).collect();
+    used.sort_unstable();
+    used.dedup();
+    let conformed = used
+        .iter()
+        .map(|b| conform(&batches[*b], target))
+        .collect::<LakeResult<Vec<_>>>()?;
+    let refs: Vec<&RecordBatch> = conformed.iter().collect();
+    let renumbered: Vec<(usize, usize)> = at
+        .iter()
+        .map(|(b, r)| (used.binary_search(b).unwrap_or_default(), *r))
+        .collect();
+    arrow_select::interleave::interleave_record_batch(&refs, &renumbered)
+        .map(Some)
+        .map_err(|e| invalid("collapsing rows").with_source(e))
+}
+
+/// The rows at `at` of `batches` in `target`'s columns, in that order: every run of at least
+/// [`MIN_RUN`] consecutive rows of one batch as a slice of it (no copy), the rest gathered
+/// into one batch after them.
+fn gather_runs(
+    batches: &[RecordBatch],
+    target: &SchemaRef,
+    at: &[(usize, usize)],
+) -> LakeResult<Vec<RecordBatch>> {
+    let mut out = Vec::new();
+    let mut scattered = Vec::new();
+    let mut start = 0;
+    while start < at.len() {
+        let (batch, first) = at[start];
+        let mut end = start + 1;
+        while end < at.len() && at[end] == (batch, first + (end - start)) {
+            end += 1;
+        }
+        if end - start >= MIN_RUN {
+            out.push(conform(&batches[batch], target)?.slice(first, end - start));
+        } else {
+            scattered.extend_from_slice(&at[start..end]);
+        }
+        start = end;
+    }
+    out.extend(gather(batches, target, &scattered)?);
+    Ok(out)
 }
 
 /// Whether a batch is changelog rows (has [`OP_COLUMN`]) rather than plain new rows.
@@ -332,11 +409,11 @@ mod tests {
         )
     }
 
-    fn ids(batch: &Option<RecordBatch>) -> Vec<i64> {
-        batch
-            .as_ref()
-            .map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
-            .unwrap_or_default()
+    fn ids<'a>(batches: impl IntoIterator<Item = &'a RecordBatch>) -> Vec<i64> {
+        batches
+            .into_iter()
+            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+            .collect()
     }
 
     const I: i8 = 0;
@@ -367,10 +444,42 @@ mod tests {
         assert!(!c.truncate);
         assert_eq!(ids(&c.deletes), vec![2, 3, 4]);
         assert_eq!(ids(&c.rows), vec![1, 2, 5]);
-        let rows = c.rows.unwrap();
+        let rows = &c.rows[0];
         assert_eq!(rows.column(1).as_string::<i32>().value(0), "b");
         assert!(rows.column(2).is_null(0), "a column the rows lack is null");
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn surviving_runs_are_slices_and_the_rest_is_gathered() {
+        let mut b = UpsertBuffer::new(vec!["id".into()]);
+        let copied: Vec<(i8, i64, Option<&str>, Option<&str>)> =
+            (0..200).map(|id| (I, id, Some("copied"), None)).collect();
+        let chunk = changes(&copied);
+        b.apply(&chunk).unwrap();
+        b.apply(&changes(&[
+            (U, 50, Some("changed"), None),
+            (D, 150, None, None),
+        ]))
+        .unwrap();
+        let (t, d) = table();
+        let c = b.finish(&t, &d).unwrap();
+        assert!(c.deletes.is_none(), "every key was new to the checkpoint");
+        // 51..150 survive untouched in a row: a slice of the received batch, not a copy.
+        assert_eq!(c.rows.len(), 2);
+        assert_eq!(ids(&c.rows[..1]), (51..150).collect::<Vec<_>>());
+        let received = chunk.column(0).to_data().buffers()[0].as_ptr();
+        let written = c.rows[0].column(0).to_data().buffers()[0].as_ptr();
+        assert_eq!(
+            written,
+            received.wrapping_add(51 * 8),
+            "the slice shares the ids"
+        );
+        // The rest, in entry order: 0..50, the changed 50, 151..200.
+        let mut rest: Vec<i64> = (0..51).collect();
+        rest.extend(151..200);
+        assert_eq!(ids(&c.rows[1..]), rest);
+        assert_eq!(c.rows[1].column(1).as_string::<i32>().value(50), "changed");
     }
 
     #[test]
@@ -383,7 +492,7 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("REPLICA IDENTITY FULL"), "{err}");
         let (t, d) = table();
-        let rows = b.finish(&t, &d).unwrap().rows.unwrap();
+        let rows = b.finish(&t, &d).unwrap().rows.remove(0);
         assert_eq!(rows.column(1).as_string::<i32>().value(0), "big");
     }
 

@@ -17,7 +17,7 @@
 //!   commit) reaches the end LSN, 2 s checkpoints.
 //!
 //! Rates are changed rows per second; the targets are (b) ≥ 0.5 × (a), (s-b) ≥ 0.5 × (s-a)
-//! and (s-c) ≥ 0.7 × (s-b).
+//! and (s-c) ≥ 0.7 × (s-b). `FLOE_BENCH_KEEP=1` keeps the job logs and tables.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -68,7 +68,10 @@ async fn run_floe(job: &Path, log: &Path, mut done: impl AsyncFnMut() -> bool) -
     let began = Instant::now();
     let mut child = Command::new(release_bin("floe"))
         .args(["run", job.to_str().unwrap()])
-        .env("RUST_LOG", "info")
+        .env(
+            "RUST_LOG",
+            std::env::var("FLOE_BENCH_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).unwrap())
         .spawn()
@@ -325,5 +328,9 @@ async fn main() {
     let _ = admin
         .batch_execute(&format!("DROP DATABASE {db} WITH (FORCE)"))
         .await;
-    let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var("FLOE_BENCH_KEEP").is_ok_and(|v| v == "1") {
+        println!("kept the job logs and tables in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
