@@ -8,8 +8,10 @@ $CARGO_TARGET_DIR/debug.
 """
 
 import contextlib
+import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +25,7 @@ import requests
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "services" / "python"))
 
 REQUIRED = os.environ.get("FLOE_REQUIRE_SERVICES") == "1"
+BROKERS = os.environ.get("FLOE_TEST_KAFKA_BROKERS")
 
 
 def _binary() -> str:
@@ -156,3 +159,57 @@ def duck(catalog):
     attach(con, catalog)
     yield con
     con.close()
+
+
+def floe_binary() -> str:
+    """The `floe` binary: FLOE_BIN, else $CARGO_TARGET_DIR/debug/floe."""
+    if os.environ.get("FLOE_BIN"):
+        return os.environ["FLOE_BIN"]
+    target = os.environ.get("CARGO_TARGET_DIR") or str(pathlib.Path(__file__).resolve().parents[2] / "target")
+    return str(pathlib.Path(target) / "debug" / "floe")
+
+
+def land_otlp(tmp_path: pathlib.Path, catalog: "Catalog", topics: dict, ends: dict, namespace: str) -> None:
+    """Runs `floe run` on the Kafka `topics` (signal -> topic) into `namespace` of `catalog`
+    until every partition's committed position reaches `ends` ("topic/partition" -> next
+    offset), then stops it with SIGTERM and checks it exits cleanly. The positions are read
+    from the dead-letter table's snapshot, which every checkpoint commits."""
+    from pyiceberg.catalog import load_catalog
+
+    job = tmp_path / f"{namespace}.toml"
+    signals = ", ".join(f'"{t}" = "{s}"' for s, t in topics.items())
+    job.write_text(
+        f"""version = 1
+name = "{namespace}"
+[source.kafka]
+brokers = "{BROKERS}"
+topics = {list(topics.values())!r}
+group_id = "floe-{namespace}-{uuid.uuid4().hex[:8]}"
+signals = {{ {signals} }}
+[catalog]
+uri = "{catalog.uri}"
+namespace = "{namespace}"
+[checkpoint]
+interval = "1s"
+state_dir = "{tmp_path / ('state-' + namespace)}"
+""".replace("'", '"')
+    )
+    process = subprocess.Popen([floe_binary(), "run", str(job)], env=dict(os.environ, RUST_LOG="warn"))
+    try:
+        lake = load_catalog("lake", **catalog.pyiceberg_props())
+        deadline = time.monotonic() + 90
+        while True:
+            assert process.poll() is None, "floe run exited early"
+            try:
+                summary = lake.load_table(f"{namespace}.floe_dead_letters").current_snapshot().summary
+                positions = json.loads(summary["floe.positions"])
+            except Exception:
+                positions = {}
+            if all(positions.get(partition) == str(end) for partition, end in ends.items()):
+                break
+            assert time.monotonic() < deadline, f"not caught up: {positions}"
+            time.sleep(0.3)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=60)
+    assert code == 0, f"floe run exited {code} on SIGTERM"

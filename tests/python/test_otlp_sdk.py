@@ -7,27 +7,14 @@ Needs FLOE_TEST_KAFKA_BROKERS; the `floe` binary comes from FLOE_BIN, else
 $CARGO_TARGET_DIR/debug/floe.
 """
 
-import os
-import pathlib
-import signal
-import subprocess
-import time
 import uuid
 
 import pytest
-from conftest import REQUIRED, start_catalog
+from conftest import BROKERS, REQUIRED, land_otlp, start_catalog
 
-BROKERS = os.environ.get("FLOE_TEST_KAFKA_BROKERS")
 if REQUIRED:
     assert BROKERS, "FLOE_REQUIRE_SERVICES=1 needs FLOE_TEST_KAFKA_BROKERS"
 pytestmark = pytest.mark.skipif(not BROKERS, reason="FLOE_TEST_KAFKA_BROKERS is not set")
-
-
-def floe_binary() -> str:
-    if os.environ.get("FLOE_BIN"):
-        return os.environ["FLOE_BIN"]
-    target = os.environ.get("CARGO_TARGET_DIR") or str(pathlib.Path(__file__).resolve().parents[2] / "target")
-    return str(pathlib.Path(target) / "debug" / "floe")
 
 
 def sdk_requests():
@@ -110,47 +97,8 @@ def test_sdk_otlp_through_kafka_lands_exactly(tmp_path):
     assert producer.flush(30) == 0
 
     with start_catalog(tmp_path, "sqlite", "file") as catalog:
-        job = tmp_path / "job.toml"
-        signals = ", ".join(f'"{t}" = "{s}"' for s, t in topics.items())
-        job.write_text(
-            f"""version = 1
-name = "sdk"
-[source.kafka]
-brokers = "{BROKERS}"
-topics = {list(topics.values())!r}
-group_id = "floe-sdk-{run}"
-signals = {{ {signals} }}
-[catalog]
-uri = "{catalog.uri}"
-namespace = "sdk"
-[checkpoint]
-interval = "1s"
-state_dir = "{tmp_path / 'state'}"
-""".replace("'", '"')
-        )
-        process = subprocess.Popen([floe_binary(), "run", str(job)], env=dict(os.environ, RUST_LOG="warn"))
-        try:
-            from pyiceberg.catalog import load_catalog
-
-            lake = load_catalog("lake", **catalog.pyiceberg_props())
-            deadline = time.monotonic() + 90
-            while True:
-                assert process.poll() is None, "floe run exited early"
-                try:
-                    summary = lake.load_table("sdk.floe_dead_letters").current_snapshot().summary
-                    import json
-
-                    positions = json.loads(summary["floe.positions"])
-                except Exception:
-                    positions = {}
-                if all(positions.get(f"{t}/{p}") == "1" for t in topics.values() for p in (0, 1)):
-                    break
-                assert time.monotonic() < deadline, f"not caught up: {positions}"
-                time.sleep(0.3)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            code = process.wait(timeout=60)
-        assert code == 0, f"floe run exited {code} on SIGTERM"
+        ends = {f"{t}/{p}": 1 for t in topics.values() for p in (0, 1)}
+        land_otlp(tmp_path, catalog, topics, ends, "sdk")
 
         import duckdb_offline
 

@@ -71,4 +71,10 @@ pub trait Format: Send {
     /// Restores the format's own position entries from a commit (and forgets everything
     /// appended since).
     fn seek(&mut self, _positions: &Positions) {}
+
+    /// The format's own gauges (e.g. counts of what it repaired while decoding), published
+    /// with the source's as `floe_source_status{measure}`.
+    fn status(&self) -> Vec<(&'static str, i64)> {
+        Vec::new()
+    }
 }

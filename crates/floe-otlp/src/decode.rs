@@ -86,16 +86,24 @@ pub enum DecodeError {
     Empty,
 }
 
-/// Decodes one record of `signal`.
+/// Decodes one record of `signal`, with every attribute map's keys made unique
+/// ([`crate::attributes`]).
 pub fn decode(signal: Signal, bytes: &[u8]) -> Result<Decoded, DecodeError> {
+    decode_counted(signal, bytes).map(|(decoded, _)| decoded)
+}
+
+/// [`decode`], and how many attribute entries lost to a later one of the same key.
+pub fn decode_counted(signal: Signal, bytes: &[u8]) -> Result<(Decoded, u64), DecodeError> {
     let Some(first) = bytes.iter().find(|b| !b.is_ascii_whitespace()) else {
         return Err(DecodeError::Empty);
     };
-    if *first == b'{' {
-        decode_json(signal, bytes)
+    let mut decoded = if *first == b'{' {
+        decode_json(signal, bytes)?
     } else {
-        decode_protobuf(signal, bytes)
-    }
+        decode_protobuf(signal, bytes)?
+    };
+    let dropped = crate::attributes::unique_keys_in(&mut decoded);
+    Ok((decoded, dropped))
 }
 
 fn decode_protobuf(signal: Signal, bytes: &[u8]) -> Result<Decoded, DecodeError> {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use arrow_array::RecordBatch;
 use floe_core::{Appended, Format, Refused, SourceRecord, StreamSpec};
 
-use crate::decode::{Signal, decode};
+use crate::decode::{Signal, decode_counted};
 use crate::rows::{Lineage, TableBuilders};
 use crate::schema::OtlpTable;
 
@@ -14,6 +14,8 @@ use crate::schema::OtlpTable;
 pub struct OtlpFormat {
     signals: HashMap<String, Signal>,
     builders: TableBuilders,
+    /// Attribute entries dropped for a later one of the same key, since the start.
+    duplicate_keys: u64,
 }
 
 impl OtlpFormat {
@@ -23,6 +25,7 @@ impl OtlpFormat {
         Self {
             signals,
             builders: TableBuilders::new(),
+            duplicate_keys: 0,
         }
     }
 
@@ -63,7 +66,9 @@ impl Format for OtlpFormat {
                 record.topic
             )
         })?;
-        let decoded = decode(signal, &record.payload).map_err(|e| e.to_string())?;
+        let (decoded, duplicates) =
+            decode_counted(signal, &record.payload).map_err(|e| e.to_string())?;
+        self.duplicate_keys += duplicates;
         self.builders.append(
             &decoded,
             &Lineage {
@@ -84,6 +89,10 @@ impl Format for OtlpFormat {
         OtlpTable::ALL
             .get(stream)
             .map_or(0, |t| self.builders.table_rows(*t))
+    }
+
+    fn status(&self) -> Vec<(&'static str, i64)> {
+        vec![("otlp_duplicate_attribute_keys", self.duplicate_keys as i64)]
     }
 
     fn take(&mut self) -> Vec<(usize, RecordBatch)> {

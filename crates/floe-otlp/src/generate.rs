@@ -61,6 +61,11 @@ pub struct Record {
     pub items: usize,
 }
 
+/// A string attribute, for tests and tools that build their own requests.
+pub fn string_attribute(key: &str, value: &str) -> KeyValue {
+    kv(key, value)
+}
+
 fn kv(key: &str, value: impl Into<Val>) -> KeyValue {
     KeyValue {
         key: key.to_string(),

@@ -2,7 +2,8 @@
 //! writes it) → Arrow batches of Floe's Iceberg tables.
 //!
 //! * [`decode`] turns one record's bytes into a request of its signal, or a [`DecodeError`]
-//!   that names why (the record then goes to the dead-letter table);
+//!   that names why (the record then goes to the dead-letter table); every attribute map comes
+//!   out with unique keys ([`attributes`]: the last value wins);
 //! * [`TableBuilders`] appends decoded requests as rows of the tables in [`schema`], each row
 //!   with its Kafka lineage, and hands out one `RecordBatch` per table;
 //! * [`generate`] produces realistic OTLP records for the quickstart, tests and benchmarks;
@@ -10,6 +11,7 @@
 //!
 //! The crate does no I/O.
 
+pub mod attributes;
 pub mod config;
 pub mod decode;
 pub mod format;
@@ -17,7 +19,7 @@ pub mod generate;
 pub mod rows;
 pub mod schema;
 
-pub use decode::{DecodeError, Decoded, Signal, decode};
+pub use decode::{DecodeError, Decoded, Signal, decode, decode_counted};
 pub use format::OtlpFormat;
 pub use generate::GeneratorSource;
 pub use rows::{Lineage, TableBuilders};

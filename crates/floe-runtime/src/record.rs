@@ -315,6 +315,10 @@ impl<S: Source, F: Format> Reader for RecordReader<S, F> {
     fn lag(&self) -> Vec<(String, i64)> {
         self.source.lag()
     }
+
+    async fn status(&mut self) -> Vec<(&'static str, i64)> {
+        self.format.status()
+    }
 }
 
 #[cfg(test)]

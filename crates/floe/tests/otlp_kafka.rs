@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 
 use floe_core::position_of;
 use floe_lake::rest::CatalogClient;
-use floe_otlp::generate::Generator;
+use floe_otlp::generate::{Generator, string_attribute as kv};
 use floe_otlp::{Decoded, Signal, decode};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, TracesData};
+use prost::Message as _;
 use rand::Rng;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -34,6 +37,8 @@ struct Produced {
     spans: u64,
     logs: u64,
     bad: u64,
+    /// Spans with repeated attribute keys.
+    duplicate_spans: u64,
     /// Next offset per "topic/partition".
     ends: std::collections::BTreeMap<String, i64>,
 }
@@ -62,6 +67,48 @@ async fn produce(
     *end = (*end).max(delivery.offset + 1);
 }
 
+/// One span whose span and resource attributes repeat keys, which protobuf and JSON let a
+/// producer send: Floe keeps the last value of each.
+fn duplicate_keys_span(round: u64) -> TracesData {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let mut trace_id = vec![0xd0; 16];
+    trace_id[..8].copy_from_slice(&round.to_be_bytes());
+    let span_id = (0xd1u64 << 56 | round).to_be_bytes().to_vec();
+    TracesData {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![
+                    kv("service.name", "duplicates"),
+                    kv("host.name", "first"),
+                    kv("host.name", "last"),
+                ],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans: vec![Span {
+                    trace_id,
+                    span_id,
+                    name: "duplicate-keys".into(),
+                    start_time_unix_nano: now,
+                    end_time_unix_nano: now + 1_000,
+                    attributes: vec![
+                        kv("dup.key", "first"),
+                        kv("http.request.method", "GET"),
+                        kv("dup.key", "middle"),
+                        kv("dup.key", "last"),
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
 /// Produces a mix of protobuf, JSON and bad records; returns what it produced.
 async fn produce_round(
     producer: &FutureProducer,
@@ -88,6 +135,16 @@ async fn produce_round(
         produced.spans += traces.items as u64;
         produced.logs += logs.items as u64;
     }
+    // A span with repeated attribute keys, as protobuf and as JSON in turn.
+    let duplicates = duplicate_keys_span(round);
+    let bytes = if round.is_multiple_of(2) {
+        duplicates.encode_to_vec()
+    } else {
+        serde_json::to_vec(&duplicates).unwrap()
+    };
+    produce(producer, &topics.0, (round % 3) as i32, &bytes, produced).await;
+    produced.spans += 1;
+    produced.duplicate_spans += 1;
     // Bad input: random bytes, truncated protobuf, JSON with wrong types.
     let [traces, _] = generator.requests(2);
     let mut junk: Vec<u8> = (0..64).map(|_| rng.random::<u8>()).collect();
@@ -162,6 +219,7 @@ impl Fixture {
                 spans: 0,
                 logs: 0,
                 bad: 0,
+                duplicate_spans: 0,
                 ends: Default::default(),
             },
             run_id,
@@ -267,7 +325,10 @@ state_dir = "{state}"
              l = one(\"SELECT count(*), count(DISTINCT (kafka_topic, kafka_partition, kafka_offset, kafka_item)) FROM iceberg_scan('{logs}')\")\n\
              d = one(\"SELECT count(*), count(DISTINCT (kafka_partition, kafka_offset)), min(length(error)) FROM iceberg_scan('{dead}')\")\n\
              v = one(\"SELECT count(*) FROM iceberg_scan('{spans}') WHERE length(trace_id) = 32 AND length(span_id) = 16 AND service_name IS NOT NULL AND span_attributes['http.request.method'] IN ('GET', 'POST') AND ts IS NOT NULL\")\n\
-             print(*s, *l, *d, *v)"
+             u = one(\"SELECT count(*), count(*) FILTER (WHERE span_attributes['dup.key'] = 'last' AND cardinality(span_attributes) = 2 AND resource_attributes['host.name'] = 'last') FROM iceberg_scan('{spans}') WHERE span_name = 'duplicate-keys'\")\n\
+             whole = con.sql(\"SELECT span_attributes, resource_attributes FROM iceberg_scan('{spans}') WHERE span_name = 'duplicate-keys'\").fetchall()\n\
+             assert all(a == {{'dup.key': 'last', 'http.request.method': 'GET'}} and r['host.name'] == 'last' for a, r in whole), whole[:3]\n\
+             print(*s, *l, *d, *v, *u)"
         ));
         let n: Vec<u64> = out.split_whitespace().map(|v| v.parse().unwrap()).collect();
         let produced = &self.produced;
@@ -280,6 +341,14 @@ state_dir = "{state}"
         assert_eq!(n[6], produced.bad);
         assert!(n[7] > 10, "dead letters say why");
         assert_eq!(n[8], produced.spans, "sampled values are well-formed");
+        assert_eq!(
+            n[9], produced.duplicate_spans,
+            "spans with repeated keys land"
+        );
+        assert_eq!(
+            n[10], produced.duplicate_spans,
+            "each repeated key keeps its last value, once"
+        );
         writers
     }
 
