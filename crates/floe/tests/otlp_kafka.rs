@@ -25,6 +25,7 @@ use rand::Rng;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 mod support;
@@ -39,10 +40,15 @@ struct Produced {
     bad: u64,
     /// Spans with repeated attribute keys.
     duplicate_spans: u64,
+    /// Records sent.
+    records: u64,
     /// Next offset per "topic/partition".
     ends: std::collections::BTreeMap<String, i64>,
 }
 
+/// Produces one record. Every other one carries what the Collector's exporter may add — a
+/// trace-id key (`partition_traces_by_id`) and a header (`record_headers`) — which Floe must
+/// neither need nor mind.
 async fn produce(
     producer: &FutureProducer,
     topic: &str,
@@ -50,13 +56,21 @@ async fn produce(
     payload: &[u8],
     produced: &mut Produced,
 ) {
+    let mut record = FutureRecord::<str, [u8]>::to(topic)
+        .partition(partition)
+        .payload(payload);
+    produced.records += 1;
+    if produced.records.is_multiple_of(2) {
+        record =
+            record
+                .key("5b8efff798038103d269b633813fc60c")
+                .headers(OwnedHeaders::new().insert(Header {
+                    key: "source",
+                    value: Some("collector"),
+                }));
+    }
     let delivery = producer
-        .send(
-            FutureRecord::<(), [u8]>::to(topic)
-                .partition(partition)
-                .payload(payload),
-            Duration::from_secs(10),
-        )
+        .send(record, Duration::from_secs(10))
         .await
         .map_err(|(e, _)| e)
         .unwrap();
@@ -220,6 +234,7 @@ impl Fixture {
                 logs: 0,
                 bad: 0,
                 duplicate_spans: 0,
+                records: 0,
                 ends: Default::default(),
             },
             run_id,
