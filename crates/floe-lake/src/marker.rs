@@ -135,6 +135,23 @@ pub fn newest_marker_of(
     None
 }
 
+/// The job whose commit is newest along `main`'s ancestry, when `job_id` never committed
+/// there (`None` when it did, or when no job did).
+pub fn landed_by_other_job(metadata: &TableMetadata, job_id: &str) -> Option<String> {
+    let mut next = metadata.snapshot_for_ref("main").map(|s| s.snapshot_id());
+    let mut other = None;
+    while let Some(id) = next {
+        let snapshot = metadata.snapshot_by_id(id)?;
+        match snapshot.summary().additional_properties.get(JOB_ID) {
+            Some(job) if job == job_id => return None,
+            Some(job) if other.is_none() => other = Some(job.clone()),
+            _ => {}
+        }
+        next = snapshot.parent_snapshot_id();
+    }
+    other
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

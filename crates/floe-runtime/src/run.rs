@@ -33,7 +33,7 @@ use floe_core::{
     Barrier, Committed, DeadLetter, Polled, Positions, ReadItem, ReadOut, Reader, SourceError,
     StreamSpec, partition_of_entry,
 };
-use floe_lake::marker::newest_marker;
+use floe_lake::marker::{landed_by_other_job, newest_marker};
 use floe_lake::rest::{CatalogClient, LoadedTable};
 use floe_lake::{ErrorKind, LakeError, LakeResult};
 use iceberg::TableIdent;
@@ -287,6 +287,9 @@ impl<R: Reader> Job<R> {
                     let table = landing
                         .ensure(&self.client, &self.config.catalog.namespace, schema)
                         .await?;
+                    if spec.changelog {
+                        self.check_owner(&table)?;
+                    }
                     self.landed.push(Landed::of(&table));
                     self.landed_streams
                         .insert(spec.name.clone(), table.ident.name().to_string());
@@ -311,6 +314,24 @@ impl<R: Reader> Job<R> {
         }
         self.streams_version = Some(version);
         Ok(())
+    }
+
+    /// A keyed table another job lands, and this one never committed to, is refused: a job
+    /// renamed in its file starts over (a new slot or consumer group, a new snapshot) and
+    /// would land every row a second time next to the old job's.
+    fn check_owner(&self, table: &LoadedTable) -> LakeResult<()> {
+        let Some(other) = landed_by_other_job(&table.metadata, &self.config.name) else {
+            return Ok(());
+        };
+        Err(LakeError::new(
+            ErrorKind::Invalid,
+            format!(
+                "{}: table {} is landed by job {other:?}, and job {:?} never committed to it; a \
+                 renamed job starts over and would land its rows twice. Keep name = {other:?} \
+                 in the job file, or land this job in other tables",
+                self.config.file, table.ident, self.config.name
+            ),
+        ))
     }
 
     /// A stream the job's commits landed in one table must not start landing in another (a

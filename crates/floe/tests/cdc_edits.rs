@@ -4,7 +4,8 @@
 //! * **edits that keep or fork a table** — a `[tables."shop.orders"]` section that only sets a
 //!   writer option keeps the table (`shop_orders`, the naming rule); one that renames it is
 //!   refused with `file:line:col` until `--rename-table`, which renames it with its history;
-//!   a table taken out of `tables` is refused until `--stop-following`; put back, it is
+//!   a table taken out of `tables` is refused until `--stop-following`; a renamed job or
+//!   another publication is refused; put back, a table is
 //!   copied anew by an incremental snapshot; changed behind the job's back, it is made equal
 //!   again by `floe cdc resnapshot`;
 //! * **a table added to a running job** — a large table added to `tables` is copied by an
@@ -240,6 +241,42 @@ async fn edits_that_would_fork_a_table_are_refused_and_deliberate_ones_apply() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // The job renamed in its file would start over and land every row twice: refused, and
+    // nothing is landed or copied.
+    let original = std::fs::read_to_string(&job).unwrap();
+    std::fs::write(
+        &job,
+        original.replacen("name = \"cdc\"", "name = \"cdc-renamed\"", 1),
+    )
+    .unwrap();
+    let stderr = refused(&job);
+    assert!(
+        stderr.contains("is landed by job \"cdc\"") && stderr.contains("Keep name = \"cdc\""),
+        "{stderr}"
+    );
+    // Another publication would follow other tables from the same slot: refused by name.
+    std::fs::write(
+        &job,
+        original.replacen(
+            "[source.postgres]\n",
+            "[source.postgres]\npublication = \"floe_other\"\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let stderr = refused(&job);
+    assert!(
+        stderr.contains("follow publication floe_cdc") && stderr.contains("floe_other"),
+        "{stderr}"
+    );
+    // As it was, the job goes on where it stopped.
+    std::fs::write(&job, &original).unwrap();
+    let mut child = spawn_floe(&job, &log);
+    db.client.batch_execute(&writes(9)).await.unwrap();
+    wait_caught_up(db, &f.client, &mut child, &log).await;
+    terminate(child);
+    equal(&f, &[("shop.orders", "orders_v2"), ("items", "items")]).await;
     f.finish().await;
 }
 

@@ -76,6 +76,8 @@ pub const SYSTEM: &str = "pg.system-id";
 pub const TIMELINE: &str = "pg.timeline";
 /// The slot.
 pub const SLOT: &str = "pg.slot";
+/// Position key: the publication the slot is decoded with.
+pub const PUBLICATION: &str = "pg.publication";
 /// The tables the job holds whole (a JSON array of `schema.table`).
 pub const TABLES: &str = "pg.tables";
 /// The tables being copied by an incremental snapshot, and the last key copied of each (a
@@ -314,6 +316,18 @@ impl Reader for PostgresSource {
                 self.config.slot
             )));
         }
+        // Another publication would follow other tables from the same slot, and one created
+        // after the slot's position cannot be decoded there at all.
+        if let Some(publication) = newest.get(PUBLICATION)
+            && *publication != self.config.publication
+        {
+            return Err(SourceError::user(format!(
+                "postgres: the job's commits follow publication {publication}, but the job file \
+                 names publication {}; put publication = \"{publication}\" back (tables are \
+                 added to it by listing them), or start a new job with its own slot and tables",
+                self.config.publication
+            )));
+        }
         self.system_id = newest.get(SYSTEM).cloned().unwrap_or_default();
         self.plan_backfills(newest)?;
         // Resume from the oldest table position: the slot itself never goes back past what
@@ -425,6 +439,7 @@ impl Reader for PostgresSource {
             (SYSTEM.to_string(), self.system_id.clone()),
             (TIMELINE.to_string(), self.timeline.to_string()),
             (SLOT.to_string(), self.config.slot.clone()),
+            (PUBLICATION.to_string(), self.config.publication.clone()),
             (
                 TABLES.to_string(),
                 serde_json::to_string(&self.known).unwrap_or_default(),
