@@ -17,7 +17,8 @@
 //!   commit) reaches the end LSN, 2 s checkpoints.
 //!
 //! Rates are changed rows per second; the targets are (b) ≥ 0.5 × (a), (s-b) ≥ 0.5 × (s-a)
-//! and (s-c) ≥ 0.7 × (s-b). `FLOE_BENCH_KEEP=1` keeps the job logs and tables.
+//! and (s-c) ≥ 0.7 × (s-b). `FLOE_BENCH_KEEP=1` keeps the job logs and tables;
+//! `FLOE_BENCH_LOG` sets the jobs' `RUST_LOG` (default `info`).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
