@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use iceberg::spec::TableMetadata;
+use iceberg::spec::{SnapshotRef, TableMetadata};
 
 /// Summary key holding the job id.
 pub const JOB_ID: &str = "floe.job-id";
@@ -117,39 +117,41 @@ pub fn newest_marker_of(
     job_id: &str,
     writer: Option<&str>,
 ) -> Option<FoundMarker> {
-    let mut next = metadata.snapshot_for_ref("main").map(|s| s.snapshot_id());
-    while let Some(id) = next {
-        let snapshot = metadata.snapshot_by_id(id)?;
+    main_ancestry(metadata).find_map(|snapshot| {
         let properties = &snapshot.summary().additional_properties;
-        if properties.get(JOB_ID).map(String::as_str) == Some(job_id)
-            && let Some(marker) = CommitMarker::from_properties(properties)
-            && (writer.is_none() || marker.writer.as_deref() == writer)
-        {
-            return Some(FoundMarker {
-                marker,
-                snapshot_id: id,
-            });
+        if properties.get(JOB_ID).map(String::as_str) != Some(job_id) {
+            return None;
         }
-        next = snapshot.parent_snapshot_id();
-    }
-    None
+        let marker = CommitMarker::from_properties(properties)?;
+        (writer.is_none() || marker.writer.as_deref() == writer).then(|| FoundMarker {
+            marker,
+            snapshot_id: snapshot.snapshot_id(),
+        })
+    })
 }
 
 /// The job whose commit is newest along `main`'s ancestry, when `job_id` never committed
 /// there (`None` when it did, or when no job did).
 pub fn landed_by_other_job(metadata: &TableMetadata, job_id: &str) -> Option<String> {
-    let mut next = metadata.snapshot_for_ref("main").map(|s| s.snapshot_id());
     let mut other = None;
-    while let Some(id) = next {
-        let snapshot = metadata.snapshot_by_id(id)?;
+    for snapshot in main_ancestry(metadata) {
         match snapshot.summary().additional_properties.get(JOB_ID) {
             Some(job) if job == job_id => return None,
             Some(job) if other.is_none() => other = Some(job.clone()),
             _ => {}
         }
-        next = snapshot.parent_snapshot_id();
     }
     other
+}
+
+/// The snapshots of `main`, newest first, down to the oldest one still in the metadata.
+fn main_ancestry(metadata: &TableMetadata) -> impl Iterator<Item = &SnapshotRef> {
+    let mut next = metadata.snapshot_for_ref("main").map(|s| s.snapshot_id());
+    std::iter::from_fn(move || {
+        let snapshot = metadata.snapshot_by_id(next?)?;
+        next = snapshot.parent_snapshot_id();
+        Some(snapshot)
+    })
 }
 
 #[cfg(test)]
@@ -170,5 +172,68 @@ mod tests {
         assert_eq!(CommitMarker::from_properties(&props), Some(marker));
         props.insert(CHECKPOINT_ID.into(), "x".into());
         assert_eq!(CommitMarker::from_properties(&props), None);
+    }
+
+    /// Table metadata whose `main` holds snapshots 2, 3, … committed by `jobs` in turn, on
+    /// top of snapshot 1, expired (its id stays as the first one's parent).
+    fn history(jobs: &[&str]) -> TableMetadata {
+        use iceberg::spec::{
+            NestedField, Operation, PrimitiveType, Schema, Snapshot, SnapshotReference,
+            SnapshotRetention, Summary, TableMetadataBuilder, Type,
+        };
+        let schema = Schema::builder()
+            .with_fields(vec![
+                NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            ])
+            .build()
+            .unwrap();
+        let creation = iceberg::TableCreation::builder()
+            .name("t".into())
+            .location("file:///t".into())
+            .schema(schema)
+            .build();
+        let mut metadata = TableMetadataBuilder::from_table_creation(creation)
+            .unwrap()
+            .build()
+            .unwrap()
+            .metadata;
+        let now = metadata.last_updated_ms();
+        for (i, job) in jobs.iter().enumerate() {
+            let id = i as i64 + 2;
+            let snapshot = Snapshot::builder()
+                .with_snapshot_id(id)
+                .with_parent_snapshot_id(Some(id - 1))
+                .with_sequence_number(id)
+                .with_timestamp_ms(now + id)
+                .with_manifest_list(format!("file:///t/metadata/snap-{id}.avro"))
+                .with_summary(Summary {
+                    operation: Operation::Append,
+                    additional_properties: HashMap::from([(JOB_ID.to_string(), job.to_string())]),
+                })
+                .with_schema_id(metadata.current_schema_id())
+                .build();
+            metadata = TableMetadataBuilder::new_from_metadata(metadata, None)
+                .add_snapshot(snapshot)
+                .unwrap()
+                .set_ref(
+                    "main",
+                    SnapshotReference::new(id, SnapshotRetention::branch(None, None, None)),
+                )
+                .unwrap()
+                .build()
+                .unwrap()
+                .metadata;
+        }
+        metadata
+    }
+
+    #[test]
+    fn another_jobs_table_is_named_down_to_its_oldest_snapshot_kept() {
+        assert_eq!(landed_by_other_job(&history(&[]), "new"), None);
+        assert_eq!(landed_by_other_job(&history(&["new", "old"]), "new"), None);
+        assert_eq!(
+            landed_by_other_job(&history(&["old", "older"]), "new"),
+            Some("older".to_string())
+        );
     }
 }
