@@ -28,12 +28,14 @@ REQUIRED = os.environ.get("FLOE_REQUIRE_SERVICES") == "1"
 BROKERS = os.environ.get("FLOE_TEST_KAFKA_BROKERS")
 
 
-def _binary() -> str:
-    explicit = os.environ.get("FLOE_CATALOG_BIN")
+def _binary(name: str, variable: str) -> str:
+    """A binary of the workspace: `variable` from the environment, else
+    $CARGO_TARGET_DIR/debug/`name`."""
+    explicit = os.environ.get(variable)
     if explicit:
         return explicit
     target = os.environ.get("CARGO_TARGET_DIR") or str(pathlib.Path(__file__).resolve().parents[2] / "target")
-    return str(pathlib.Path(target) / "debug" / "floe-catalog")
+    return str(pathlib.Path(target) / "debug" / name)
 
 
 def _backends():
@@ -113,7 +115,7 @@ def start_catalog(tmp_path: pathlib.Path, store_kind: str, wh_kind: str):
     if wh_kind == "s3":
         env.update(FLOE_S3_ENDPOINT=os.environ["FLOE_TEST_S3_ENDPOINT"], FLOE_S3_PATH_STYLE="true")
     process = subprocess.Popen(
-        [_binary(), "--listen", f"127.0.0.1:{port}", "--store", store, "--warehouse", warehouse, "--name", name],
+        [_binary("floe-catalog", "FLOE_CATALOG_BIN"), "--listen", f"127.0.0.1:{port}", "--store", store, "--warehouse", warehouse, "--name", name],
         env=env,
     )
     uri = f"http://127.0.0.1:{port}"
@@ -161,14 +163,6 @@ def duck(catalog):
     con.close()
 
 
-def floe_binary() -> str:
-    """The `floe` binary: FLOE_BIN, else $CARGO_TARGET_DIR/debug/floe."""
-    if os.environ.get("FLOE_BIN"):
-        return os.environ["FLOE_BIN"]
-    target = os.environ.get("CARGO_TARGET_DIR") or str(pathlib.Path(__file__).resolve().parents[2] / "target")
-    return str(pathlib.Path(target) / "debug" / "floe")
-
-
 def land_otlp(tmp_path: pathlib.Path, catalog: "Catalog", topics: dict, ends: dict, namespace: str) -> None:
     """Runs `floe run` on the Kafka `topics` (signal -> topic) into `namespace` of `catalog`
     until every partition's committed position reaches `ends` ("topic/partition" -> next
@@ -194,7 +188,7 @@ interval = "1s"
 state_dir = "{tmp_path / ('state-' + namespace)}"
 """.replace("'", '"')
     )
-    process = subprocess.Popen([floe_binary(), "run", str(job)], env=dict(os.environ, RUST_LOG="warn"))
+    process = subprocess.Popen([_binary("floe", "FLOE_BIN"), "run", str(job)], env=dict(os.environ, RUST_LOG="warn"))
     try:
         lake = load_catalog("lake", **catalog.pyiceberg_props())
         deadline = time.monotonic() + 90
