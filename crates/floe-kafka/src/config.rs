@@ -42,7 +42,7 @@ pub struct RawKafka {
     pub start: Option<Text>,
     /// What the records hold: `otlp` (default; protobuf or JSON) or `debezium-json`.
     pub format: Option<Text>,
-    /// For `otlp`: topic → signal (`traces`, `logs`, `metrics`) for topics not named like the
+    /// For `otlp`: topic → signal (`traces`, `logs`, `metrics`, `profiles`) for topics not named like the
     /// Collector's.
     #[serde(default)]
     pub signals: BTreeMap<String, Text>,

@@ -6,8 +6,9 @@
 //! `transform_keys` fails, `element_at` and `CAST(… AS json)` disagree on the value, DuckDB
 //! refuses to fetch the map. So [`crate::decode`] applies this rule to every record before any
 //! row is built, the same for protobuf and JSON: resource, scope, span, event, link, log and
-//! data point attributes, exemplars' filtered attributes, metric metadata, and every kvlist
-//! nested in a value or a log body.
+//! data point attributes, exemplars' filtered attributes, metric metadata, profile and sample
+//! attributes (lists of indices into the profiles dictionary, compared by key), and every
+//! kvlist nested in a value or a log body.
 //!
 //! Why the last value: the OpenTelemetry specification treats a repeated key as an overwrite,
 //! the Go SDK's deduplication keeps the last value at the first position, and the Collector's
@@ -22,6 +23,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
     Exemplar, ExponentialHistogramDataPoint, HistogramDataPoint, NumberDataPoint, SummaryDataPoint,
     metric,
 };
+use opentelemetry_proto::tonic::profiles::v1development::ProfilesData;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use crate::decode::Decoded;
@@ -124,11 +126,64 @@ fn in_points<P: PointAttributes>(points: &mut [P]) -> u64 {
     points.iter_mut().map(PointAttributes::unique_keys).sum()
 }
 
+/// The rule for a list of indices into a profiles dictionary's attribute table (`key` gives
+/// an index's key): a key given more than once keeps its last index at the position of its
+/// first. Returns how many indices were dropped.
+pub fn unique_key_indices<'k>(indices: &mut Vec<i32>, key: impl Fn(i32) -> &'k str) -> u64 {
+    let keys: Vec<&str> = indices.iter().map(|&i| key(i)).collect();
+    let repeated = keys
+        .iter()
+        .enumerate()
+        .any(|(i, a)| keys[i + 1..].contains(a));
+    if !repeated {
+        return 0;
+    }
+    let mut kept: Vec<(&str, i32)> = Vec::with_capacity(indices.len());
+    for (k, &index) in keys.iter().zip(indices.iter()) {
+        match kept.iter_mut().find(|(seen, _)| seen == k) {
+            Some(slot) => slot.1 = index,
+            None => kept.push((k, index)),
+        }
+    }
+    let dropped = (indices.len() - kept.len()) as u64;
+    *indices = kept.into_iter().map(|(_, i)| i).collect();
+    dropped
+}
+
 /// Applies the rule to every attribute map of a decoded record; returns how many entries were
 /// dropped.
 pub fn unique_keys_in(decoded: &mut Decoded) -> u64 {
     let mut dropped = 0;
     match decoded {
+        Decoded::Profiles(data) => {
+            let ProfilesData {
+                resource_profiles,
+                dictionary,
+            } = data;
+            if let Some(d) = dictionary.as_mut() {
+                for a in &mut d.attribute_table {
+                    dropped += a.value.as_mut().map_or(0, unique_in_value);
+                }
+            }
+            let empty = Default::default();
+            let d =
+                crate::profiles::Dictionary::of_dictionary(dictionary.as_ref().unwrap_or(&empty));
+            for rp in resource_profiles {
+                dropped += in_resource(rp.resource.as_mut());
+                for sp in &mut rp.scope_profiles {
+                    dropped += in_scope(sp.scope.as_mut());
+                    for p in &mut sp.profiles {
+                        dropped +=
+                            unique_key_indices(&mut p.attribute_indices, |i| d.attribute_key(i));
+                        for s in &mut p.samples {
+                            dropped += unique_key_indices(&mut s.attribute_indices, |i| {
+                                d.attribute_key(i)
+                            });
+                        }
+                    }
+                }
+            }
+        }
         Decoded::Traces(data) => {
             for rs in &mut data.resource_spans {
                 dropped += in_resource(rs.resource.as_mut());

@@ -68,7 +68,10 @@ pub fn check_signals(raw: &BTreeMap<String, Text>, c: &mut Checker<'_>) -> HashM
             Some(s) => {
                 signals.insert(topic.clone(), s);
             }
-            None => c.at(signal, "a signal is \"traces\", \"logs\" or \"metrics\""),
+            None => c.at(
+                signal,
+                "a signal is \"traces\", \"logs\", \"metrics\" or \"profiles\"",
+            ),
         }
     }
     signals

@@ -1,8 +1,10 @@
 //! One Kafka record → one decoded OTLP request, protobuf or JSON, detected per record.
 //!
 //! The Collector's Kafka exporter writes one self-contained `TracesData` / `LogsData` /
-//! `MetricsData` per record, as `otlp_proto` (default) or `otlp_json`. A record whose first
-//! non-blank byte is `{` is JSON; anything else is protobuf.
+//! `MetricsData` / `ProfilesData` per record, as `otlp_proto` (default) or `otlp_json`. A record
+//! whose first non-blank byte is `{` is JSON; anything else is protobuf. Profiles are checked
+//! against the one version of the development-stage profiles protocol Floe reads
+//! ([`crate::profiles`]).
 //!
 //! JSON goes through a normalisation pass before serde, because `opentelemetry-proto`'s serde
 //! decoding is stricter than what producers send (`../shared/reference/otlp.md` §2):
@@ -13,6 +15,7 @@
 use base64::Engine as _;
 use opentelemetry_proto::tonic::logs::v1::LogsData;
 use opentelemetry_proto::tonic::metrics::v1::MetricsData;
+use opentelemetry_proto::tonic::profiles::v1development::ProfilesData;
 use opentelemetry_proto::tonic::trace::v1::TracesData;
 use prost::Message as _;
 use serde_json::Value;
@@ -26,26 +29,30 @@ pub enum Signal {
     Logs,
     /// `MetricsData`.
     Metrics,
+    /// `ProfilesData` (`opentelemetry.proto.profiles.v1development`).
+    Profiles,
 }
 
 impl Signal {
     /// The signal of one of the Collector's default topics (`otlp_spans`, `otlp_logs`,
-    /// `otlp_metrics`).
+    /// `otlp_metrics`, `otlp_profiles`).
     pub fn of_default_topic(topic: &str) -> Option<Self> {
         match topic {
             "otlp_spans" => Some(Signal::Traces),
             "otlp_logs" => Some(Signal::Logs),
             "otlp_metrics" => Some(Signal::Metrics),
+            "otlp_profiles" => Some(Signal::Profiles),
             _ => None,
         }
     }
 
-    /// Parses `traces` / `logs` / `metrics`.
+    /// Parses `traces` / `logs` / `metrics` / `profiles`.
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "traces" | "spans" => Some(Signal::Traces),
             "logs" => Some(Signal::Logs),
             "metrics" => Some(Signal::Metrics),
+            "profiles" => Some(Signal::Profiles),
             _ => None,
         }
     }
@@ -60,6 +67,8 @@ pub enum Decoded {
     Logs(LogsData),
     /// Metrics.
     Metrics(MetricsData),
+    /// Profiles, checked against their dictionary.
+    Profiles(ProfilesData),
 }
 
 /// Why a record could not be decoded (it goes to the dead-letter table with this text).
@@ -79,6 +88,12 @@ pub enum DecodeError {
         /// The expected signal.
         signal: Signal,
         /// serde's message.
+        reason: String,
+    },
+    /// A profile that does not hold together as the profiles protocol Floe reads.
+    #[error("{reason} (Floe reads opentelemetry.proto.profiles.v1development of OTLP {version}; a record of another version of the development-stage protocol decodes like this)", version = crate::profiles::PROTO_VERSION)]
+    Profile {
+        /// What does not hold together.
         reason: String,
     },
     /// An empty record (no bytes).
@@ -102,6 +117,9 @@ pub fn decode_counted(signal: Signal, bytes: &[u8]) -> Result<(Decoded, u64), De
     } else {
         decode_protobuf(signal, bytes)?
     };
+    if let Decoded::Profiles(data) = &decoded {
+        crate::profiles::check(data).map_err(|reason| DecodeError::Profile { reason })?;
+    }
     let dropped = crate::attributes::unique_keys_in(&mut decoded);
     Ok((decoded, dropped))
 }
@@ -115,6 +133,7 @@ fn decode_protobuf(signal: Signal, bytes: &[u8]) -> Result<Decoded, DecodeError>
         Signal::Traces => Decoded::Traces(TracesData::decode(bytes).map_err(error)?),
         Signal::Logs => Decoded::Logs(LogsData::decode(bytes).map_err(error)?),
         Signal::Metrics => Decoded::Metrics(MetricsData::decode(bytes).map_err(error)?),
+        Signal::Profiles => Decoded::Profiles(ProfilesData::decode(bytes).map_err(error)?),
     })
 }
 
@@ -129,6 +148,7 @@ fn decode_json(signal: Signal, bytes: &[u8]) -> Result<Decoded, DecodeError> {
         Signal::Traces => "resourceSpans",
         Signal::Logs => "resourceLogs",
         Signal::Metrics => "resourceMetrics",
+        Signal::Profiles => "resourceProfiles",
     };
     // A JSON object of another signal (or none) would decode as an empty request: refuse it.
     if value.get(top).is_none() {
@@ -141,6 +161,12 @@ fn decode_json(signal: Signal, bytes: &[u8]) -> Result<Decoded, DecodeError> {
         Signal::Traces => Decoded::Traces(serde_json::from_value(value).map_err(error)?),
         Signal::Logs => Decoded::Logs(serde_json::from_value(value).map_err(error)?),
         Signal::Metrics => Decoded::Metrics(serde_json::from_value(value).map_err(error)?),
+        // opentelemetry-proto's serde of profiles is not OTLP JSON (64-bit integers as
+        // strings, omitted defaults, hex ids): read by our own mapping.
+        Signal::Profiles => Decoded::Profiles(
+            crate::profiles::from_json(value)
+                .map_err(|reason| DecodeError::Json { signal, reason })?,
+        ),
     })
 }
 

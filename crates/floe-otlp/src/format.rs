@@ -9,7 +9,7 @@ use crate::decode::{Signal, decode_counted};
 use crate::rows::{Lineage, TableBuilders};
 use crate::schema::OtlpTable;
 
-/// OTLP records → the seven OTLP tables.
+/// OTLP records → the eight OTLP tables.
 #[derive(Debug)]
 pub struct OtlpFormat {
     signals: HashMap<String, Signal>,
@@ -20,7 +20,7 @@ pub struct OtlpFormat {
 
 impl OtlpFormat {
     /// A format reading `signals` (topic → signal); topics not listed use the Collector's
-    /// default names (`otlp_spans`, `otlp_logs`, `otlp_metrics`).
+    /// default names (`otlp_spans`, `otlp_logs`, `otlp_metrics`, `otlp_profiles`).
     pub fn new(signals: HashMap<String, Signal>) -> Self {
         Self {
             signals,
@@ -50,7 +50,9 @@ impl Format for OtlpFormat {
                 time_column: Some("ts".to_string()),
                 partition: vec![("ts".to_string(), iceberg::spec::Transform::Day)],
                 bloom_filter_columns: match t {
-                    OtlpTable::Spans | OtlpTable::Logs => vec!["trace_id".to_string()],
+                    OtlpTable::Spans | OtlpTable::Logs | OtlpTable::Profiles => {
+                        vec!["trace_id".to_string()]
+                    }
                     _ => Vec::new(),
                 },
                 plain_columns: t.plain_columns().iter().map(|c| c.to_string()).collect(),

@@ -6,7 +6,8 @@
 //! log-normal latencies and a few percent of errors), logs along the way (with trace context,
 //! more severe on errors), and every tick each service reports metrics of every kind: a CPU
 //! gauge, a monotonic request counter, a latency histogram and exponential histogram, and a GC
-//! pause summary. Records are protobuf-encoded exactly as the Collector's Kafka exporter writes
+//! pause summary, and CPU profiles whose samples link to recent spans. Records are
+//! protobuf-encoded exactly as the Collector's Kafka exporter writes
 //! them, so the pipeline decodes real bytes. The sequence is deterministic for a seed.
 
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
@@ -26,6 +27,23 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::decode::Signal;
+
+/// Spans per service that profile samples may link to.
+const RECENT_SPANS: usize = 32;
+
+/// Frames every service's stacks share, root first (`main` calls the runtime's scheduler,
+/// which calls the request handler), and the leaves stacks end in.
+const SHARED_FRAMES: &[(&str, &str)] = &[
+    ("main", "main.go"),
+    ("runtime.schedule", "runtime/proc.go"),
+    ("net/http.(*conn).serve", "net/http/server.go"),
+];
+const LEAF_FRAMES: &[(&str, &str)] = &[
+    ("encoding/json.Marshal", "encoding/json/encode.go"),
+    ("database/sql.(*DB).QueryContext", "database/sql/sql.go"),
+    ("crypto/sha256.block", "crypto/sha256/sha256block.go"),
+    ("runtime.mallocgc", "runtime/malloc.go"),
+];
 
 const SERVICES: &[(&str, &[&str])] = &[
     (
@@ -48,6 +66,8 @@ pub struct Generator {
     /// Nanoseconds since the epoch of the next request.
     clock: u64,
     requests: u64,
+    /// Recent spans per service (trace id, span id), which profile samples link to.
+    recent: Vec<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
 /// One generated record.
@@ -134,6 +154,7 @@ impl Generator {
             rng: StdRng::seed_from_u64(seed),
             clock: start_unix_nano,
             requests: 0,
+            recent: vec![Vec::new(); SERVICES.len()],
         }
     }
 
@@ -179,6 +200,11 @@ impl Generator {
                         ..Default::default()
                     });
                 }
+                let recent = &mut self.recent[tier];
+                if recent.len() == RECENT_SPANS {
+                    recent.remove(0);
+                }
+                recent.push((trace_id.clone(), span_id.clone()));
                 spans_by_service[tier].push(Span {
                     trace_id: trace_id.clone(),
                     span_id: span_id.clone(),
@@ -414,6 +440,219 @@ impl Generator {
             items,
         }
     }
+
+    /// One profiles record: every service reports one CPU profile of `samples` samples, on
+    /// stacks that share their root frames across services and their leaves within one; about
+    /// half the samples link to one of the service's recent spans (from [`Self::requests`]).
+    /// The dictionary is shared by the whole record, as the protocol has it.
+    pub fn profiles(&mut self, samples: usize) -> Record {
+        use opentelemetry_proto::tonic::profiles::v1development::{
+            Function, KeyValueAndUnit, Line, Link, Location, Mapping, Profile, ProfilesData,
+            ProfilesDictionary, ResourceProfiles, Sample, ScopeProfiles, Stack, ValueType,
+        };
+        let mut d = ProfilesDictionary {
+            string_table: vec![String::new()],
+            mapping_table: vec![Mapping::default()],
+            location_table: vec![Location::default()],
+            function_table: vec![Function::default()],
+            link_table: vec![Link::default()],
+            attribute_table: vec![KeyValueAndUnit::default()],
+            stack_table: vec![Stack::default()],
+        };
+        fn string(d: &mut ProfilesDictionary, text: &str) -> i32 {
+            match d.string_table.iter().position(|s| s == text) {
+                Some(i) => i as i32,
+                None => {
+                    d.string_table.push(text.to_string());
+                    (d.string_table.len() - 1) as i32
+                }
+            }
+        }
+        // One location (and function) per frame, at an address in the service's binary.
+        fn location(
+            d: &mut ProfilesDictionary,
+            mapping: i32,
+            frame: (&str, &str),
+            line: i64,
+        ) -> i32 {
+            let name = string(d, frame.0);
+            let file = string(d, frame.1);
+            d.function_table.push(Function {
+                name_strindex: name,
+                system_name_strindex: name,
+                filename_strindex: file,
+                start_line: line - 3,
+            });
+            d.location_table.push(Location {
+                mapping_index: mapping,
+                address: 0x40_0000 + 0x40 * d.location_table.len() as u64,
+                lines: vec![Line {
+                    function_index: (d.function_table.len() - 1) as i32,
+                    line,
+                    column: 0,
+                }],
+                attribute_indices: Vec::new(),
+            });
+            (d.location_table.len() - 1) as i32
+        }
+        let cpu = string(&mut d, "cpu");
+        let nanoseconds = string(&mut d, "nanoseconds");
+        let thread = string(&mut d, "thread.name");
+        let time = self.clock;
+        let mut resource_profiles = Vec::new();
+        let mut total = 0;
+        for (i, (service, operations)) in SERVICES.iter().enumerate() {
+            let binary = string(&mut d, &format!("/usr/bin/{service}"));
+            d.mapping_table.push(Mapping {
+                memory_start: 0x40_0000,
+                memory_limit: 0x80_0000,
+                file_offset: 0,
+                filename_strindex: binary,
+                attribute_indices: Vec::new(),
+            });
+            let mapping = (d.mapping_table.len() - 1) as i32;
+            let shared: Vec<i32> = SHARED_FRAMES
+                .iter()
+                .enumerate()
+                .map(|(n, f)| location(&mut d, mapping, *f, 10 + n as i64))
+                .collect();
+            // A stack per (operation, leaf): leaf first.
+            let mut stacks = Vec::new();
+            for (o, operation) in operations.iter().enumerate() {
+                let handler = location(&mut d, mapping, (operation, "handlers.go"), 40 + o as i64);
+                for (l, leaf) in LEAF_FRAMES.iter().enumerate() {
+                    let leaf = location(&mut d, mapping, *leaf, 100 + l as i64);
+                    let mut frames = vec![leaf, handler];
+                    frames.extend(shared.iter().rev());
+                    d.stack_table.push(Stack {
+                        location_indices: frames,
+                    });
+                    stacks.push((d.stack_table.len() - 1) as i32);
+                }
+            }
+            let mut profile_samples = Vec::with_capacity(samples);
+            for n in 0..samples {
+                // Skewed: low stack numbers are hot.
+                let pick = self.rng.random_range(0..stacks.len());
+                let stack = stacks[pick.min(self.rng.random_range(0..stacks.len()))];
+                let link_index = match self.recent[i].len() {
+                    0 => 0,
+                    len if self.rng.random_bool(0.5) => {
+                        let (trace_id, span_id) =
+                            self.recent[i][self.rng.random_range(0..len)].clone();
+                        d.link_table.push(Link { trace_id, span_id });
+                        (d.link_table.len() - 1) as i32
+                    }
+                    _ => 0,
+                };
+                d.attribute_table.push(KeyValueAndUnit {
+                    key_strindex: thread,
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::StringValue(format!("worker-{}", n % 4))),
+                    }),
+                    unit_strindex: 0,
+                });
+                profile_samples.push(Sample {
+                    stack_index: stack,
+                    attribute_indices: vec![(d.attribute_table.len() - 1) as i32],
+                    link_index,
+                    values: vec![10_000_000 * self.rng.random_range(1..5)],
+                    timestamps_unix_nano: vec![time + n as u64 * 1_000_000],
+                });
+            }
+            total += profile_samples.len();
+            let mut id = [0u8; 16];
+            self.rng.fill(&mut id[..]);
+            resource_profiles.push(ResourceProfiles {
+                resource: Some(resource(service, 0)),
+                scope_profiles: vec![ScopeProfiles {
+                    scope: scope(),
+                    profiles: vec![Profile {
+                        sample_type: Some(ValueType {
+                            type_strindex: cpu,
+                            unit_strindex: nanoseconds,
+                        }),
+                        samples: profile_samples,
+                        time_unix_nano: time,
+                        duration_nano: 10_000_000_000,
+                        period_type: Some(ValueType {
+                            type_strindex: cpu,
+                            unit_strindex: nanoseconds,
+                        }),
+                        period: 10_000_000,
+                        profile_id: id.to_vec(),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            });
+        }
+        Record {
+            signal: Signal::Profiles,
+            bytes: ProfilesData {
+                resource_profiles,
+                dictionary: Some(d),
+            }
+            .encode_to_vec(),
+            items: total,
+        }
+    }
+}
+
+/// A profiles record as OTLP JSON, the way the Collector's `otlp_json` encoding writes it:
+/// lowerCamelCase names, 64-bit integers as decimal strings, ids as hex, bytes as base64.
+pub fn profiles_json(protobuf: &[u8]) -> Vec<u8> {
+    use base64::Engine as _;
+    use opentelemetry_proto::tonic::profiles::v1development::ProfilesData;
+    use serde_json::Value;
+    fn fix(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                for (key, inner) in map.iter_mut() {
+                    match key.as_str() {
+                        "traceId" | "spanId" => {
+                            if let Value::Array(bytes) = inner {
+                                let hex: String = bytes
+                                    .iter()
+                                    .map(|b| format!("{:02x}", b.as_u64().unwrap_or(0)))
+                                    .collect();
+                                *inner = Value::String(hex);
+                            }
+                        }
+                        "originalPayload" => {
+                            if let Value::Array(bytes) = inner {
+                                let raw: Vec<u8> = bytes
+                                    .iter()
+                                    .map(|b| b.as_u64().unwrap_or(0) as u8)
+                                    .collect();
+                                *inner = Value::String(
+                                    base64::engine::general_purpose::STANDARD.encode(raw),
+                                );
+                            }
+                        }
+                        "timeUnixNano" | "durationNano" | "period" | "address" | "memoryStart"
+                        | "memoryLimit" | "fileOffset" | "line" | "startLine" | "values"
+                        | "timestampsUnixNano" => stringify_numbers(inner),
+                        _ => fix(inner),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(fix),
+            _ => {}
+        }
+    }
+    fn stringify_numbers(value: &mut Value) {
+        match value {
+            Value::Number(n) => *value = Value::String(n.to_string()),
+            Value::Array(items) => items.iter_mut().for_each(stringify_numbers),
+            _ => {}
+        }
+    }
+    let data = ProfilesData::decode(protobuf).expect("generated protobuf");
+    let mut value = serde_json::to_value(&data).expect("serialisable");
+    fix(&mut value);
+    serde_json::to_vec(&value).expect("serialisable")
 }
 
 /// The generator as a [`floe_core::Source`]: records on `otlp_spans/0`, `otlp_logs/0` and

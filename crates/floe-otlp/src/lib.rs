@@ -1,11 +1,13 @@
 //! `floe-otlp`: OpenTelemetry data (OTLP protobuf or JSON, as the Collector's Kafka exporter
-//! writes it) → Arrow batches of Floe's Iceberg tables.
+//! writes it: traces, logs, metrics and profiles) → Arrow batches of Floe's Iceberg tables.
 //!
 //! * [`decode`] turns one record's bytes into a request of its signal, or a [`DecodeError`]
 //!   that names why (the record then goes to the dead-letter table); every attribute map comes
 //!   out with unique keys ([`attributes`]: the last value wins);
 //! * [`TableBuilders`] appends decoded requests as rows of the tables in [`schema`], each row
 //!   with its Kafka lineage, and hands out one `RecordBatch` per table;
+//! * [`profiles`] pins the profiles protocol version, checks a record against its dictionary
+//!   and reads its OTLP JSON;
 //! * [`generate`] produces realistic OTLP records for the quickstart, tests and benchmarks;
 //! * [`config`] holds the job file parts it owns (`[source.generator]`, `signals`).
 //!
@@ -16,6 +18,7 @@ pub mod config;
 pub mod decode;
 pub mod format;
 pub mod generate;
+pub mod profiles;
 pub mod rows;
 pub mod schema;
 
@@ -32,6 +35,7 @@ impl TableBuilders {
             Decoded::Traces(data) => self.append_traces(data, from),
             Decoded::Logs(data) => self.append_logs(data, from),
             Decoded::Metrics(data) => self.append_metrics(data, from),
+            Decoded::Profiles(data) => self.append_profiles(data, from),
         }
     }
 }
@@ -53,18 +57,19 @@ mod tests {
             ingested_at_us: 1,
         };
         let mut expected = 0;
-        for record in generator
+        let records: Vec<_> = generator
             .requests(20)
             .into_iter()
-            .chain([generator.metrics()])
-        {
+            .chain([generator.metrics(), generator.profiles(10)])
+            .collect();
+        for record in records {
             let decoded = decode(record.signal, &record.bytes).unwrap();
             assert_eq!(builders.append(&decoded, &from), record.items);
             expected += record.items;
         }
         assert_eq!(builders.rows(), expected);
         let batches = builders.finish();
-        assert_eq!(batches.len(), 7, "every table gets rows");
+        assert_eq!(batches.len(), OtlpTable::ALL.len(), "every table gets rows");
         let total: usize = batches.iter().map(|(_, b)| b.num_rows()).sum();
         assert_eq!(total, expected);
         let (_, spans) = &batches[0];

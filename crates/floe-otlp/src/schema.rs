@@ -27,11 +27,13 @@ pub enum OtlpTable {
     ExponentialHistogram,
     /// One row per summary data point.
     Summary,
+    /// One row per profile sample.
+    Profiles,
 }
 
 impl OtlpTable {
     /// Every table, in a fixed order.
-    pub const ALL: [OtlpTable; 7] = [
+    pub const ALL: [OtlpTable; 8] = [
         OtlpTable::Spans,
         OtlpTable::Logs,
         OtlpTable::Gauge,
@@ -39,6 +41,7 @@ impl OtlpTable {
         OtlpTable::Histogram,
         OtlpTable::ExponentialHistogram,
         OtlpTable::Summary,
+        OtlpTable::Profiles,
     ];
 
     /// The key used in job files (`[tables.<key>]`).
@@ -51,6 +54,7 @@ impl OtlpTable {
             OtlpTable::Histogram => "histogram",
             OtlpTable::ExponentialHistogram => "exponential_histogram",
             OtlpTable::Summary => "summary",
+            OtlpTable::Profiles => "profiles",
         }
     }
 
@@ -64,6 +68,7 @@ impl OtlpTable {
             OtlpTable::Histogram => "otel_metrics_histogram",
             OtlpTable::ExponentialHistogram => "otel_metrics_exponential_histogram",
             OtlpTable::Summary => "otel_metrics_summary",
+            OtlpTable::Profiles => "otel_profiles",
         }
     }
 
@@ -73,6 +78,7 @@ impl OtlpTable {
         match self {
             OtlpTable::Spans => columns.extend(span_columns()),
             OtlpTable::Logs => columns.extend(log_columns()),
+            OtlpTable::Profiles => columns.extend(profile_columns()),
             kind => columns.extend(metric_columns(kind)),
         }
         columns.extend(resource_columns());
@@ -108,6 +114,7 @@ impl OtlpTable {
                 "span_id",
                 "kafka_item",
             ],
+            OtlpTable::Profiles => &["ts", "time_unix_nano", "trace_id", "span_id", "kafka_item"],
             // Metric timestamps repeat across series; dictionaries pay off.
             _ => &["kafka_item"],
         }
@@ -118,6 +125,7 @@ impl OtlpTable {
         match self {
             OtlpTable::Spans => &["service_name", "span_name", "ts"],
             OtlpTable::Logs => &["service_name", "ts"],
+            OtlpTable::Profiles => &["service_name", "sample_type", "ts"],
             _ => &["metric_name", "service_name", "ts"],
         }
     }
@@ -312,6 +320,45 @@ fn log_columns() -> Vec<Col> {
     ]
 }
 
+/// Profiles: one row per sample, resolved through the record's dictionary. Readers filter by
+/// service and time, then group by stack (`stack_hash`, or the frame lists themselves), so
+/// every row carries its whole stack as parallel lists, leaf first, and needs no join; a
+/// normalised layout (a stacks table keyed by hash, rows holding only the hash) would store
+/// each distinct stack once — profiles repeat a few thousand stacks across millions of
+/// samples — at the price of a join in every query, while Parquet's dictionary and run-length
+/// encoding already store the repeated lists of one file compactly.
+fn profile_columns() -> Vec<Col> {
+    let strings = || T::List(Box::new(T::Str));
+    let longs = || T::List(Box::new(T::Long));
+    vec![
+        col("ts", T::Ts, true),
+        opt("time_unix_nano", T::Long),
+        opt("profile_id", T::Str),
+        opt("profile_time_unix_nano", T::Long),
+        opt("profile_duration_nano", T::Long),
+        opt("sample_type", T::Str),
+        opt("sample_unit", T::Str),
+        opt("period_type", T::Str),
+        opt("period_unit", T::Str),
+        opt("period", T::Long),
+        opt("value", T::Long),
+        opt("values", longs()),
+        opt("timestamps_unix_nano", longs()),
+        opt("trace_id", T::Str),
+        opt("span_id", T::Str),
+        opt("sample_attributes", T::StrMap),
+        opt("profile_attributes", T::StrMap),
+        opt("stack_hash", T::Str),
+        opt("function_names", strings()),
+        opt("file_names", strings()),
+        opt("line_numbers", longs()),
+        opt("mapping_files", strings()),
+        opt("addresses", longs()),
+        opt("original_payload_format", T::Str),
+        opt("dropped_attributes_count", T::Int),
+    ]
+}
+
 fn metric_columns(kind: OtlpTable) -> Vec<Col> {
     let mut columns = vec![
         col("ts", T::Ts, true),
@@ -375,7 +422,9 @@ fn metric_columns(kind: OtlpTable) -> Vec<Col> {
                 ]))),
             ),
         ]),
-        OtlpTable::Spans | OtlpTable::Logs => unreachable!("not a metric table"),
+        OtlpTable::Spans | OtlpTable::Logs | OtlpTable::Profiles => {
+            unreachable!("not a metric table")
+        }
     }
     columns.push(opt(
         "exemplars",

@@ -29,8 +29,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 mod support;
 use support::{
-    anchor_writers, committed, free_port, kills, python, service, spawn_floe, start_catalog,
-    temp_dir, terminate,
+    OtlpKafkaJob, anchor_writers, committed, free_port, kills, python, service, spawn_floe,
+    start_catalog, temp_dir, terminate,
 };
 
 const PARTITIONS: i32 = 3;
@@ -125,12 +125,13 @@ impl Collector {
     /// `ExportTraceServiceRequest`, and so on), which the Collector must accept.
     async fn send(&self, http: &reqwest::Client, record: &Record) {
         let path = match record.signal {
-            Signal::Traces => "traces",
-            Signal::Logs => "logs",
-            Signal::Metrics => "metrics",
+            Signal::Traces => "v1/traces",
+            Signal::Logs => "v1/logs",
+            Signal::Metrics => "v1/metrics",
+            Signal::Profiles => "v1development/profiles",
         };
         let answer = http
-            .post(format!("http://127.0.0.1:{}/v1/{path}", self.http))
+            .post(format!("http://127.0.0.1:{}/{path}", self.http))
             .header("content-type", "application/x-protobuf")
             .body(record.bytes.clone())
             .send()
@@ -195,6 +196,7 @@ impl Sent {
                     text(log.body.as_ref()),
                 ]));
             }
+            Decoded::Profiles(_) => unreachable!("this test sends no profiles"),
             Decoded::Metrics(data) => {
                 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
                 for metric in data
@@ -218,48 +220,24 @@ impl Sent {
 }
 
 fn job_file(dir: &Path, brokers: &str, uri: &str, run: &str) -> PathBuf {
-    let all: Vec<[String; 3]> = ENCODINGS.iter().map(|e| topics(run, e)).collect();
-    let names: Vec<String> = all.iter().flatten().map(|t| format!("\"{t}\"")).collect();
-    let signals: Vec<String> = all
+    let topics = ENCODINGS
         .iter()
-        .flat_map(|[spans, logs, metrics]| {
-            [
-                format!("\"{spans}\" = \"traces\""),
-                format!("\"{logs}\" = \"logs\""),
-                format!("\"{metrics}\" = \"metrics\""),
-            ]
+        .flat_map(|e| {
+            let [spans, logs, metrics] = topics(run, e);
+            [(spans, "traces"), (logs, "logs"), (metrics, "metrics")]
         })
         .collect();
-    let job = dir.join("job.toml");
-    std::fs::write(
-        &job,
-        format!(
-            r#"version = 1
-name = "collector"
-[source.kafka]
-brokers = "{brokers}"
-topics = [{names}]
-group_id = "floe-{run}"
-signals = {{ {signals} }}
-[source.kafka.properties]
-# Static membership: a restarted job takes its partitions back without waiting for the
-# killed one's session to time out.
-"group.instance.id" = "floe-test-collector"
-"session.timeout.ms" = "6000"
-[catalog]
-uri = "{uri}"
-namespace = "collector"
-[checkpoint]
-interval = "700ms"
-state_dir = "{state}"
-"#,
-            names = names.join(", "),
-            signals = signals.join(", "),
-            state = dir.join("state").display(),
-        ),
-    )
-    .unwrap();
-    job
+    OtlpKafkaJob {
+        name: "collector",
+        brokers,
+        topics,
+        run,
+        catalog: uri,
+        namespace: "collector",
+        instance: Some("collector"),
+        state_dir: dir.join("state"),
+    }
+    .write(&dir.join("job.toml"))
 }
 
 /// The end offset of every partition of `topics`, once the Collectors have stopped.

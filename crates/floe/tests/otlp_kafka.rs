@@ -30,8 +30,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 mod support;
 use support::{
-    anchor_writers, committed, kills, python, service, spawn_floe, start_catalog, temp_dir,
-    terminate,
+    OtlpKafkaJob, anchor_writers, committed, kills, python, service, spawn_floe, start_catalog,
+    temp_dir, terminate,
 };
 
 struct Produced {
@@ -243,37 +243,20 @@ impl Fixture {
 
     /// A job file for one replica (`instance` becomes its static group membership).
     fn job(&self, instance: &str) -> PathBuf {
-        let job = self.dir.join(format!("job-{instance}.toml"));
-        std::fs::write(
-            &job,
-            format!(
-                r#"version = 1
-name = "chaos"
-[source.kafka]
-brokers = "{brokers}"
-topics = ["{spans}", "{logs}"]
-group_id = "floe-{run_id}"
-signals = {{ "{spans}" = "traces", "{logs}" = "logs" }}
-[source.kafka.properties]
-"group.instance.id" = "floe-test-{instance}"
-"session.timeout.ms" = "6000"
-[catalog]
-uri = "{uri}"
-namespace = "chaos"
-[checkpoint]
-interval = "700ms"
-state_dir = "{state}"
-"#,
-                brokers = self.brokers,
-                spans = self.topics.0,
-                logs = self.topics.1,
-                run_id = self.run_id,
-                uri = self.catalog.uri(),
-                state = self.dir.join(format!("state-{instance}")).display(),
-            ),
-        )
-        .unwrap();
-        job
+        OtlpKafkaJob {
+            name: "chaos",
+            brokers: &self.brokers,
+            topics: vec![
+                (self.topics.0.clone(), "traces"),
+                (self.topics.1.clone(), "logs"),
+            ],
+            run: &self.run_id,
+            catalog: &self.catalog.uri(),
+            namespace: "chaos",
+            instance: Some(instance),
+            state_dir: self.dir.join(format!("state-{instance}")),
+        }
+        .write(&self.dir.join(format!("job-{instance}.toml")))
     }
 
     fn log(&self) -> PathBuf {

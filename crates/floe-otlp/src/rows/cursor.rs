@@ -168,6 +168,25 @@ impl<S: Slots> Row<'_, S> {
         list.append(true);
     }
 
+    pub(super) fn signed_longs(&mut self, values: impl IntoIterator<Item = i64>) {
+        let list = self.builder::<AnyListBuilder>();
+        let items = downcast::<Int64Builder>(list.values());
+        for v in values {
+            items.append_value(v);
+        }
+        list.append(true);
+    }
+
+    /// A `list<string>` column; the empty string is kept as given.
+    pub(super) fn strs<'s>(&mut self, values: impl IntoIterator<Item = &'s str>) {
+        let list = self.builder::<AnyListBuilder>();
+        let items = downcast::<StringBuilder>(list.values());
+        for v in values {
+            items.append_value(v);
+        }
+        list.append(true);
+    }
+
     pub(super) fn doubles(&mut self, values: &[f64]) {
         let list = self.builder::<AnyListBuilder>();
         let items = downcast::<Float64Builder>(list.values());

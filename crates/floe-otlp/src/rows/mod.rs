@@ -34,6 +34,7 @@ use opentelemetry_proto::tonic::trace::v1::TracesData;
 use crate::schema::OtlpTable;
 
 mod cursor;
+mod profiles;
 mod values;
 
 use cursor::*;

@@ -241,3 +241,58 @@ pub(crate) async fn anchor_writers(client: &CatalogClient, namespace: &str) -> u
         .collect();
     writers.len()
 }
+
+/// An OTLP job on Kafka as the tests write one: `topics` as (topic, signal), group
+/// `floe-{run}`, 700 ms checkpoints, session timeout 6 s, and with `instance` static group
+/// membership (a restarted job takes its partitions back at once, without waiting for the
+/// killed one's session to time out).
+pub(crate) struct OtlpKafkaJob<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) brokers: &'a str,
+    pub(crate) topics: Vec<(String, &'a str)>,
+    pub(crate) run: &'a str,
+    pub(crate) catalog: &'a str,
+    pub(crate) namespace: &'a str,
+    pub(crate) instance: Option<&'a str>,
+    pub(crate) state_dir: PathBuf,
+}
+
+impl OtlpKafkaJob<'_> {
+    /// Writes the job file at `path`.
+    pub(crate) fn write(&self, path: &Path) -> PathBuf {
+        let names: Vec<String> = self
+            .topics
+            .iter()
+            .map(|(t, _)| format!("\"{t}\""))
+            .collect();
+        let signals: Vec<String> = self
+            .topics
+            .iter()
+            .map(|(t, s)| format!("\"{t}\" = \"{s}\""))
+            .collect();
+        let membership = self
+            .instance
+            .map(|i| format!("\"group.instance.id\" = \"floe-test-{i}\"\n"))
+            .unwrap_or_default();
+        std::fs::write(
+            path,
+            format!(
+                "version = 1\nname = \"{name}\"\n[source.kafka]\nbrokers = \"{brokers}\"\n\
+                 topics = [{names}]\ngroup_id = \"floe-{run}\"\nsignals = {{ {signals} }}\n\
+                 [source.kafka.properties]\n{membership}\"session.timeout.ms\" = \"6000\"\n\
+                 [catalog]\nuri = \"{catalog}\"\nnamespace = \"{namespace}\"\n\
+                 [checkpoint]\ninterval = \"700ms\"\nstate_dir = \"{state}\"\n",
+                name = self.name,
+                brokers = self.brokers,
+                names = names.join(", "),
+                run = self.run,
+                signals = signals.join(", "),
+                catalog = self.catalog,
+                namespace = self.namespace,
+                state = self.state_dir.display(),
+            ),
+        )
+        .unwrap();
+        path.to_path_buf()
+    }
+}
