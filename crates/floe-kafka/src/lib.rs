@@ -172,12 +172,10 @@ impl KafkaSource {
     fn accept(&mut self, key: &(Arc<str>, i32), offset: i64) -> bool {
         if let Some((wanted, attempts)) = self.pending.get(key).copied() {
             if offset < wanted || (offset > wanted && attempts < SEEK_ATTEMPTS) {
-                if let Err(e) = self.consumer.seek(
-                    &key.0,
-                    key.1,
-                    Offset::Offset(wanted),
-                    Duration::from_secs(5),
-                ) {
+                if let Err(e) =
+                    self.consumer
+                        .seek(&key.0, key.1, Offset::Offset(wanted), SEEK_TIMEOUT)
+                {
                     tracing::debug!(error = %e, "seek not possible yet");
                 }
                 self.pending.insert(key.clone(), (wanted, attempts + 1));
@@ -203,25 +201,61 @@ impl KafkaSource {
         }
     }
 
-    /// The offset the start policy means for a partition now.
-    fn start_offset(&self, topic: &str, partition: i32) -> Result<i64, SourceError> {
-        let (low, high) = self
+    /// The offsets the start policy means now for `partitions`, in one ListOffsets request
+    /// per broker (the earliest or latest "timestamp", -2 or -1) rather than a watermark query
+    /// each: each of those waits behind the fetcher's long poll, half a second apiece.
+    fn start_offsets(
+        &self,
+        partitions: &[(String, i32)],
+    ) -> Result<HashMap<(String, i32), i64>, SourceError> {
+        if partitions.is_empty() {
+            return Ok(HashMap::new());
+        }
+        // As "timestamps", librdkafka sends these as ListOffsets' -2 and -1.
+        let special = match self.start {
+            StartAt::Earliest => Offset::Beginning,
+            StartAt::Latest => Offset::End,
+        };
+        let mut query = TopicPartitionList::new();
+        for (topic, partition) in partitions {
+            query
+                .add_partition_offset(topic, *partition, special)
+                .map_err(|e| SourceError::internal(format!("offset query: {e}")))?;
+        }
+        let answer = self
             .consumer
-            .fetch_watermarks(topic, partition, Duration::from_secs(10))
-            .map_err(|e| {
-                SourceError::external(format!(
-                    "cannot read the offsets of {topic}/{partition}: {e}"
-                ))
-            })?;
-        Ok(match self.start {
-            StartAt::Earliest => low,
-            StartAt::Latest => high,
-        })
+            .offsets_for_times(query, Duration::from_secs(10))
+            .map_err(|e| SourceError::external(format!("cannot read the start offsets: {e}")))?;
+        let mut offsets = HashMap::new();
+        for element in answer.elements() {
+            let what = format!("{}/{}", element.topic(), element.partition());
+            if let Err(e) = element.error() {
+                return Err(SourceError::external(format!(
+                    "cannot read the offsets of {what}: {e}"
+                )));
+            }
+            let Offset::Offset(offset) = element.offset() else {
+                return Err(SourceError::external(format!(
+                    "no start offset for {what}: {:?}",
+                    element.offset()
+                )));
+            };
+            offsets.insert((element.topic().to_string(), element.partition()), offset);
+        }
+        Ok(offsets)
     }
 }
 
 /// Seeks retried before a partition's first record is taken as the oldest still available.
 const SEEK_ATTEMPTS: u32 = 3;
+
+/// Seeks are asynchronous: librdkafka bumps the partition's version barrier before it
+/// returns — records fetched from the old position are discarded on the way out — and a
+/// synchronous seek only adds the wait for the fetcher's reply, which sits behind the
+/// broker's long poll (`fetch.wait.max.ms`, 500 ms by default): measured, half a second to a
+/// second per restart or rebalance. A seek that did not take is caught by [`KafkaSource::accept`]
+/// on the partition's first record.
+const SEEK_TIMEOUT: Duration = Duration::ZERO;
 
 impl Source for KafkaSource {
     async fn poll(
@@ -305,22 +339,34 @@ impl Source for KafkaSource {
             .map_err(|e| SourceError::internal(format!("cannot read the assignment: {e}")))?;
         self.pending.clear();
         self.next.clear();
+        let committed = |topic: &str, partition: i32| {
+            positions
+                .get(&position_key(topic, partition))
+                .and_then(|v| v.parse::<i64>().ok())
+        };
+        let unknown: Vec<(String, i32)> = assignment
+            .elements()
+            .iter()
+            .filter(|e| committed(e.topic(), e.partition()).is_none())
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
+        let starts = self.start_offsets(&unknown)?;
         for element in assignment.elements() {
             let topic = self.topic(element.topic());
             let partition = element.partition();
             let key = position_key(&topic, partition);
-            let next = match positions.get(&key).and_then(|v| v.parse::<i64>().ok()) {
+            let next = match committed(&topic, partition) {
                 Some(next) => next,
-                None => self.start_offset(&topic, partition)?,
+                None => *starts
+                    .get(&(topic.to_string(), partition))
+                    .ok_or_else(|| SourceError::external(format!("no start offset for {key}")))?,
             };
             self.next.insert((topic.clone(), partition), next);
             self.pending.insert((topic.clone(), partition), (next, 0));
-            if let Err(e) = self.consumer.seek(
-                &topic,
-                partition,
-                Offset::Offset(next),
-                Duration::from_secs(5),
-            ) {
+            if let Err(e) =
+                self.consumer
+                    .seek(&topic, partition, Offset::Offset(next), SEEK_TIMEOUT)
+            {
                 tracing::debug!(%key, error = %e, "seek deferred to the first record");
             }
         }
