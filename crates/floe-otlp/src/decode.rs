@@ -117,8 +117,10 @@ pub fn decode_counted(signal: Signal, bytes: &[u8]) -> Result<(Decoded, u64), De
     } else {
         decode_protobuf(signal, bytes)?
     };
-    if let Decoded::Profiles(data) = &decoded {
-        crate::profiles::check(data).map_err(|reason| DecodeError::Profile { reason })?;
+    if let Decoded::Profiles(data) = &mut decoded {
+        crate::profiles::check(data)
+            .and_then(|()| crate::profiles::resolve_strings(data))
+            .map_err(|reason| DecodeError::Profile { reason })?;
     }
     let dropped = crate::attributes::unique_keys_in(&mut decoded);
     Ok((decoded, dropped))

@@ -498,6 +498,18 @@ impl Generator {
         let cpu = string(&mut d, "cpu");
         let nanoseconds = string(&mut d, "nanoseconds");
         let thread = string(&mut d, "thread.name");
+        let workers: Vec<i32> = (0..4)
+            .map(|w| {
+                d.attribute_table.push(KeyValueAndUnit {
+                    key_strindex: thread,
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::StringValue(format!("worker-{w}"))),
+                    }),
+                    unit_strindex: 0,
+                });
+                (d.attribute_table.len() - 1) as i32
+            })
+            .collect();
         let time = self.clock;
         let mut resource_profiles = Vec::new();
         let mut total = 0;
@@ -545,16 +557,11 @@ impl Generator {
                     }
                     _ => 0,
                 };
-                d.attribute_table.push(KeyValueAndUnit {
-                    key_strindex: thread,
-                    value: Some(AnyValue {
-                        value: Some(any_value::Value::StringValue(format!("worker-{}", n % 4))),
-                    }),
-                    unit_strindex: 0,
-                });
+                // Four worker threads, each attribute once in the dictionary.
+                let worker = workers[n % workers.len()];
                 profile_samples.push(Sample {
                     stack_index: stack,
-                    attribute_indices: vec![(d.attribute_table.len() - 1) as i32],
+                    attribute_indices: vec![worker],
                     link_index,
                     values: vec![10_000_000 * self.rng.random_range(1..5)],
                     timestamps_unix_nano: vec![time + n as u64 * 1_000_000],

@@ -114,6 +114,86 @@ pub fn check(data: &ProfilesData) -> Result<(), String> {
     Ok(())
 }
 
+/// Resolves what refers to the string table outside the dictionary's own tables: attribute
+/// keys given as `key_strindex` and string values given as `string_value_strindex` — which is
+/// how the Collector's pdata writes a profile record's resource and scope attributes and the
+/// values of its attribute table — so the rest of Floe sees ordinary attributes.
+pub fn resolve_strings(data: &mut ProfilesData) -> Result<(), String> {
+    let ProfilesData {
+        resource_profiles,
+        dictionary,
+    } = data;
+    let mut empty = ProfilesDictionary::default();
+    let ProfilesDictionary {
+        string_table,
+        attribute_table,
+        ..
+    } = dictionary.as_mut().unwrap_or(&mut empty);
+    let strings: &[String] = string_table;
+    for a in attribute_table {
+        if let Some(value) = a.value.as_mut() {
+            resolve_value(value, strings)?;
+        }
+    }
+    for rp in resource_profiles {
+        if let Some(r) = rp.resource.as_mut() {
+            r.attributes
+                .iter_mut()
+                .try_for_each(|kv| resolve_key_value(kv, strings))?;
+        }
+        for sp in &mut rp.scope_profiles {
+            if let Some(scope) = sp.scope.as_mut() {
+                scope
+                    .attributes
+                    .iter_mut()
+                    .try_for_each(|kv| resolve_key_value(kv, strings))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn lookup(strings: &[String], index: i32) -> Result<String, String> {
+    match usize::try_from(index).ok().and_then(|i| strings.get(i)) {
+        Some(text) => Ok(text.clone()),
+        None if index == 0 => Ok(String::new()),
+        None => Err(format!(
+            "string index {index} is outside its dictionary table of {}",
+            strings.len()
+        )),
+    }
+}
+
+fn resolve_key_value(kv: &mut KeyValue, strings: &[String]) -> Result<(), String> {
+    if kv.key.is_empty() && kv.key_strindex != 0 {
+        kv.key = lookup(strings, kv.key_strindex)?;
+        kv.key_strindex = 0;
+    }
+    match kv.value.as_mut() {
+        Some(value) => resolve_value(value, strings),
+        None => Ok(()),
+    }
+}
+
+fn resolve_value(value: &mut AnyValue, strings: &[String]) -> Result<(), String> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    match value.value.as_mut() {
+        Some(V::StringValueStrindex(index)) => {
+            value.value = Some(V::StringValue(lookup(strings, *index)?));
+        }
+        Some(V::ArrayValue(array)) => array
+            .values
+            .iter_mut()
+            .try_for_each(|v| resolve_value(v, strings))?,
+        Some(V::KvlistValue(list)) => list
+            .values
+            .iter_mut()
+            .try_for_each(|kv| resolve_key_value(kv, strings))?,
+        _ => {}
+    }
+    Ok(())
+}
+
 /// The dictionary of one checked record, resolving indices (0 and absent entries resolve to
 /// nothing).
 #[derive(Debug, Clone, Copy)]
@@ -384,16 +464,6 @@ impl<'a> Obj<'a> {
     ) -> Result<Option<T>, String> {
         self.get(key).map(read).transpose()
     }
-
-    /// A message of the common protocol (resource, scope, value), which
-    /// `opentelemetry-proto`'s serde reads as OTLP JSON.
-    fn common<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>, String> {
-        self.get(key)
-            .map(|v| {
-                serde_json::from_value(v.clone()).map_err(|e| format!("{}.{key}: {e}", self.what))
-            })
-            .transpose()
-    }
 }
 
 fn short(value: &Value) -> String {
@@ -428,10 +498,63 @@ fn hex_bytes(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// A key-value whose key may be a string-table index (`keyStrindex`, which pdata writes).
+fn key_value(v: &Value) -> Result<KeyValue, String> {
+    let o = Obj::new(v, "KeyValue")?;
+    Ok(KeyValue {
+        key: o.string("key")?,
+        value: o.opt("value", any_value)?,
+        key_strindex: o.i32("keyStrindex")?,
+    })
+}
+
+/// A value, also as a string-table index (`stringValueStrindex`, which pdata writes and
+/// `opentelemetry-proto`'s serde does not read) and nested in arrays and kvlists.
+fn any_value(v: &Value) -> Result<AnyValue, String> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+    use opentelemetry_proto::tonic::common::v1::{ArrayValue, KeyValueList};
+    let o = Obj::new(v, "AnyValue")?;
+    let value = if o.get("stringValueStrindex").is_some() {
+        Some(V::StringValueStrindex(o.i32("stringValueStrindex")?))
+    } else if let Some(array) = o.get("arrayValue") {
+        let a = Obj::new(array, "ArrayValue")?;
+        Some(V::ArrayValue(ArrayValue {
+            values: a.list("values", any_value)?,
+        }))
+    } else if let Some(list) = o.get("kvlistValue") {
+        let l = Obj::new(list, "KeyValueList")?;
+        Some(V::KvlistValue(KeyValueList {
+            values: l.list("values", key_value)?,
+        }))
+    } else {
+        return serde_json::from_value(v.clone()).map_err(|e| format!("AnyValue: {e}"));
+    };
+    Ok(AnyValue { value })
+}
+
+fn resource(v: &Value) -> Result<Resource, String> {
+    let o = Obj::new(v, "Resource")?;
+    Ok(Resource {
+        attributes: o.list("attributes", key_value)?,
+        dropped_attributes_count: o.u32("droppedAttributesCount")?,
+        ..Default::default()
+    })
+}
+
+fn scope(v: &Value) -> Result<InstrumentationScope, String> {
+    let o = Obj::new(v, "InstrumentationScope")?;
+    Ok(InstrumentationScope {
+        name: o.string("name")?,
+        version: o.string("version")?,
+        attributes: o.list("attributes", key_value)?,
+        dropped_attributes_count: o.u32("droppedAttributesCount")?,
+    })
+}
+
 fn resource_profiles(v: &Value) -> Result<ResourceProfiles, String> {
     let o = Obj::new(v, "ResourceProfiles")?;
     Ok(ResourceProfiles {
-        resource: o.common::<Resource>("resource")?,
+        resource: o.opt("resource", resource)?,
         scope_profiles: o.list("scopeProfiles", scope_profiles)?,
         schema_url: o.string("schemaUrl")?,
     })
@@ -440,7 +563,7 @@ fn resource_profiles(v: &Value) -> Result<ResourceProfiles, String> {
 fn scope_profiles(v: &Value) -> Result<ScopeProfiles, String> {
     let o = Obj::new(v, "ScopeProfiles")?;
     Ok(ScopeProfiles {
-        scope: o.common::<InstrumentationScope>("scope")?,
+        scope: o.opt("scope", scope)?,
         profiles: o.list("profiles", profile)?,
         schema_url: o.string("schemaUrl")?,
     })
@@ -545,7 +668,7 @@ fn attribute(v: &Value) -> Result<KeyValueAndUnit, String> {
     let o = Obj::new(v, "KeyValueAndUnit")?;
     Ok(KeyValueAndUnit {
         key_strindex: o.i32("keyStrindex")?,
-        value: o.common::<AnyValue>("value")?,
+        value: o.opt("value", any_value)?,
         unit_strindex: o.i32("unitStrindex")?,
     })
 }
@@ -711,9 +834,8 @@ mod tests {
         let (bytes, _) = generated();
         let mut data = ProfilesData::decode(bytes.as_slice()).unwrap();
         let sample = &mut data.resource_profiles[0].scope_profiles[0].profiles[0].samples[0];
-        let first = sample.attribute_indices[0];
-        // The attribute of another sample has the same key (thread.name) and another value.
-        let other = first + 1;
+        // Attributes 1 and 2 are two worker threads: the same key, two values.
+        let (first, other) = (1, 2);
         sample.attribute_indices = vec![first, other];
         let Ok(Decoded::Profiles(decoded)) = decode(Signal::Profiles, &data.encode_to_vec()) else {
             panic!()
@@ -721,6 +843,66 @@ mod tests {
         assert_eq!(
             decoded.resource_profiles[0].scope_profiles[0].profiles[0].samples[0].attribute_indices,
             vec![other]
+        );
+    }
+
+    #[test]
+    fn keys_and_values_given_as_string_indices_read_as_strings() {
+        use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+        let (bytes, _) = generated();
+        let mut data = ProfilesData::decode(bytes.as_slice()).unwrap();
+        // As the Collector's pdata writes them: keys and string values in the string table.
+        let d = data.dictionary.as_mut().unwrap();
+        for rp in &mut data.resource_profiles {
+            for kv in &mut rp.resource.as_mut().unwrap().attributes {
+                d.string_table.push(std::mem::take(&mut kv.key));
+                kv.key_strindex = (d.string_table.len() - 1) as i32;
+                if let Some(V::StringValue(text)) = kv.value.as_mut().unwrap().value.take() {
+                    d.string_table.push(text);
+                    kv.value.as_mut().unwrap().value =
+                        Some(V::StringValueStrindex((d.string_table.len() - 1) as i32));
+                }
+            }
+        }
+        for a in &mut d.attribute_table[1..] {
+            if let Some(V::StringValue(text)) = a.value.as_mut().unwrap().value.take() {
+                d.string_table.push(text);
+                a.value.as_mut().unwrap().value =
+                    Some(V::StringValueStrindex((d.string_table.len() - 1) as i32));
+            }
+        }
+        let indexed = data.encode_to_vec();
+        let (a, b) = (rows(&bytes), rows(&indexed));
+        for name in [
+            "service_name",
+            "resource_attributes",
+            "sample_attributes",
+            "stack_hash",
+        ] {
+            assert_eq!(
+                a.column_by_name(name).unwrap().to_data(),
+                b.column_by_name(name).unwrap().to_data(),
+                "{name}"
+            );
+        }
+        let json = profiles_json(&indexed);
+        assert!(
+            decode(Signal::Profiles, &json) == decode(Signal::Profiles, &indexed),
+            "the JSON form reads the same"
+        );
+
+        data.resource_profiles[0]
+            .resource
+            .as_mut()
+            .unwrap()
+            .attributes[0]
+            .key_strindex = 10_000;
+        let refused = decode(Signal::Profiles, &data.encode_to_vec()).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("string index 10000 is outside"),
+            "{refused}"
         );
     }
 

@@ -2,11 +2,12 @@
 //! `tests/services/up` (`tests/services/collector`), run with the config compose ships
 //! (`docker/otel-collector/config.yaml`), receives OTLP over HTTP and writes every signal to
 //! Kafka with its own Kafka exporter — one Collector with `otlp_proto`, one with `otlp_json`,
-//! both with `partition_traces_by_id`. `floe run` lands the six topics while it is killed -9
-//! again and again (its local state directory deleted at every other restart); afterwards
-//! DuckDB must count every span, log record and data point exactly once per encoding, find
-//! the sampled values as they were sent, keep every trace in one partition, and hold no dead
-//! letter.
+//! both with `partition_traces_by_id` and profiles enabled (`service.profilesSupport`).
+//! `floe run` lands the eight topics while it is killed -9 again and again (its local state
+//! directory deleted at every other restart); afterwards
+//! DuckDB must count every span, log record, data point and profile sample exactly once per
+//! encoding, find the sampled values (and every service's stacks) as they were sent, keep
+//! every trace in one partition, and hold no dead letter.
 //!
 //! Needs `FLOE_TEST_OTELCOL`, `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from
 //! `tests/services/up`): ignored without `--include-ignored`, which `tests/run` passes.
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use floe_core::position_of;
 use floe_otlp::generate::{Generator, Record};
+use floe_otlp::profiles::{Dictionary, stack_hash};
 use floe_otlp::{Decoded, Signal, decode};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
 use rand::Rng;
@@ -56,9 +58,9 @@ fn text(value: Option<&AnyValue>) -> String {
     }
 }
 
-/// The topics one Collector writes: spans, logs, metrics.
-fn topics(run: &str, encoding: &str) -> [String; 3] {
-    ["spans", "logs", "metrics"].map(|signal| format!("{signal}_{encoding}_{run}"))
+/// The topics one Collector writes: spans, logs, metrics, profiles.
+fn topics(run: &str, encoding: &str) -> [String; 4] {
+    ["spans", "logs", "metrics", "profiles"].map(|signal| format!("{signal}_{encoding}_{run}"))
 }
 
 /// A running Collector with one encoding.
@@ -68,7 +70,7 @@ struct Collector {
 }
 
 impl Collector {
-    fn start(dir: &Path, brokers: &str, encoding: &str, topics: &[String; 3]) -> Self {
+    fn start(dir: &Path, brokers: &str, encoding: &str, topics: &[String; 4]) -> Self {
         let http = free_port();
         let config = concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -76,7 +78,11 @@ impl Collector {
         );
         let log = std::fs::File::create(dir.join(format!("collector-{encoding}.log"))).unwrap();
         let child = Command::new(service("FLOE_TEST_OTELCOL"))
-            .args(["--config", config])
+            .args([
+                "--config",
+                config,
+                "--feature-gates=service.profilesSupport",
+            ])
             .env("OTLP_GRPC_ENDPOINT", format!("127.0.0.1:{}", free_port()))
             .env("OTLP_HTTP_ENDPOINT", format!("127.0.0.1:{http}"))
             .env("KAFKA_BROKERS", brokers)
@@ -84,6 +90,7 @@ impl Collector {
             .env("TRACES_TOPIC", &topics[0])
             .env("LOGS_TOPIC", &topics[1])
             .env("METRICS_TOPIC", &topics[2])
+            .env("PROFILES_TOPIC", &topics[3])
             .env("BATCH_TIMEOUT", "200ms")
             .env("COLLECTOR_METRICS_HOST", "127.0.0.1")
             .env("COLLECTOR_METRICS_PORT", free_port().to_string())
@@ -164,6 +171,11 @@ struct Sent {
     span_samples: Vec<serde_json::Value>,
     /// The first log record of each logs export: (time, severity number, body).
     log_samples: Vec<serde_json::Value>,
+    /// Profile samples, and how many link to a span.
+    samples: u64,
+    linked: u64,
+    /// Summed sample values per (service, stack hash).
+    stacks: BTreeMap<(String, String), i64>,
 }
 
 impl Sent {
@@ -196,7 +208,26 @@ impl Sent {
                     text(log.body.as_ref()),
                 ]));
             }
-            Decoded::Profiles(_) => unreachable!("this test sends no profiles"),
+            Decoded::Profiles(data) => {
+                let d = Dictionary::of(&data);
+                for rp in &data.resource_profiles {
+                    let service = rp
+                        .resource
+                        .as_ref()
+                        .and_then(|r| r.attributes.iter().find(|a| a.key == "service.name"))
+                        .map(|a| text(a.value.as_ref()))
+                        .unwrap();
+                    for p in rp.scope_profiles.iter().flat_map(|s| &s.profiles) {
+                        for sample in &p.samples {
+                            let hash = stack_hash(d.frames(sample.stack_index));
+                            *self.stacks.entry((service.clone(), hash)).or_default() +=
+                                sample.values.iter().sum::<i64>();
+                            self.samples += 1;
+                            self.linked += u64::from(d.link(sample.link_index).is_some());
+                        }
+                    }
+                }
+            }
             Decoded::Metrics(data) => {
                 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
                 for metric in data
@@ -223,8 +254,13 @@ fn job_file(dir: &Path, brokers: &str, uri: &str, run: &str) -> PathBuf {
     let topics = ENCODINGS
         .iter()
         .flat_map(|e| {
-            let [spans, logs, metrics] = topics(run, e);
-            [(spans, "traces"), (logs, "logs"), (metrics, "metrics")]
+            let [spans, logs, metrics, profiles] = topics(run, e);
+            [
+                (spans, "traces"),
+                (logs, "logs"),
+                (metrics, "metrics"),
+                (profiles, "profiles"),
+            ]
         })
         .collect();
     OtlpKafkaJob {
@@ -304,7 +340,8 @@ async fn the_collectors_kafka_exporter_feeds_floe_exactly_once_through_kill_9() 
             let which = (round + i) % 2;
             let [traces, logs] = generator.requests(10);
             let metrics = generator.metrics();
-            for record in [traces, logs, metrics] {
+            let profiles = generator.profiles(10);
+            for record in [traces, logs, metrics, profiles] {
                 collectors[which].send(&http, &record).await;
                 sent[which].note(&record);
             }
@@ -354,9 +391,14 @@ async fn the_collectors_kafka_exporter_feeds_floe_exactly_once_through_kill_9() 
 
     // DuckDB reads every table back; the expectations travel as JSON.
     let mut locations = BTreeMap::new();
-    for table in ["otel_spans", "otel_logs", "floe_dead_letters"]
-        .into_iter()
-        .chain(METRIC_TABLES)
+    for table in [
+        "otel_spans",
+        "otel_logs",
+        "otel_profiles",
+        "floe_dead_letters",
+    ]
+    .into_iter()
+    .chain(METRIC_TABLES)
     {
         let ident = iceberg::TableIdent::from_strs(["collector", table]).unwrap();
         if let Ok(loaded) = client.load_table(&ident).await {
@@ -379,6 +421,7 @@ out["span_ids"] = rows(f"SELECT kafka_topic, count(DISTINCT span_id) FROM iceber
 out["split_traces"] = rows(f"SELECT count(*) FROM (SELECT kafka_topic, trace_id FROM iceberg_scan('{{spans}}') GROUP BY ALL HAVING count(DISTINCT kafka_partition) > 1)")[0][0]
 out["spans"] = rows(f"SELECT kafka_topic, span_id, trace_id, span_name, service_name, duration_ns FROM iceberg_scan('{{spans}}')")
 out["logs"] = rows(f"SELECT kafka_topic, time_unix_nano, severity_number, body FROM iceberg_scan('{{where['otel_logs']}}')")
+out["stacks"] = rows(f"SELECT kafka_topic, service_name, stack_hash, sum(value), count(trace_id) FROM iceberg_scan('{{where['otel_profiles']}}') GROUP BY ALL")
 print(json.dumps(out, default=str))"#,
         locations = serde_json::to_string(&locations).unwrap(),
     ));
@@ -402,7 +445,7 @@ print(json.dumps(out, default=str))"#,
     );
     assert_eq!(out["split_traces"], 0, "one trace, one partition");
     for (e, encoding) in ENCODINGS.iter().enumerate() {
-        let [spans, logs, metrics] = topics(&run, encoding);
+        let [spans, logs, metrics, profiles] = topics(&run, encoding);
         let sent = &sent[e];
         assert_eq!(
             per_topic("otel_spans", &spans),
@@ -455,12 +498,36 @@ print(json.dumps(out, default=str))"#,
                 "{encoding}: log record {sample} landed as sent"
             );
         }
+        // Profiles: every sample once, each stack's value per service as sent, the links kept.
+        assert_eq!(
+            per_topic("otel_profiles", &profiles),
+            (sent.samples, sent.samples),
+            "{encoding}: every profile sample exactly once"
+        );
+        let mut stacks = BTreeMap::new();
+        let mut linked = 0;
+        for row in out["stacks"].as_array().unwrap() {
+            if row[0] == profiles.as_str() {
+                let key = (
+                    row[1].as_str().unwrap().to_string(),
+                    row[2].as_str().unwrap().to_string(),
+                );
+                stacks.insert(key, row[3].as_i64().unwrap());
+                linked += row[4].as_u64().unwrap();
+            }
+        }
+        assert_eq!(
+            stacks, sent.stacks,
+            "{encoding}: each service's stacks and their values"
+        );
+        assert_eq!(linked, sent.linked, "{encoding}: samples linked to spans");
     }
     eprintln!(
-        "collector chaos: {kills} kills, {writers} incarnations committed; sent {} spans, {} logs, {} data points per encoding pair — exactly once",
+        "collector chaos: {kills} kills, {writers} incarnations committed; sent {} spans, {} logs, {} data points, {} profile samples — exactly once",
         sent[0].spans + sent[1].spans,
         sent[0].logs + sent[1].logs,
-        sent.iter().flat_map(|s| s.points.values()).sum::<u64>()
+        sent.iter().flat_map(|s| s.points.values()).sum::<u64>(),
+        sent[0].samples + sent[1].samples
     );
     catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);

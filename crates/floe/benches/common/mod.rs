@@ -133,6 +133,20 @@ pub(crate) async fn produce_spans(
     records: usize,
     spans_per_record: usize,
 ) -> Vec<Vec<u8>> {
+    let mut generator = floe_otlp::generate::Generator::new(3, 1_700_000_000_000_000_000);
+    let payloads: Vec<Vec<u8>> = (0..records)
+        .map(|_| {
+            let [traces, _] = generator.requests(spans_per_record / 5);
+            traces.bytes
+        })
+        .collect();
+    produce(brokers, topic, partitions, &payloads).await;
+    payloads
+}
+
+/// Creates `topic` with `partitions` and produces `payloads`, record `i` to partition
+/// `i % partitions`.
+pub(crate) async fn produce(brokers: &str, topic: &str, partitions: i32, payloads: &[Vec<u8>]) {
     use rdkafka::ClientConfig;
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use rdkafka::client::DefaultClientContext;
@@ -158,13 +172,6 @@ pub(crate) async fn produce_spans(
         .set("message.max.bytes", "10000000")
         .create()
         .unwrap();
-    let mut generator = floe_otlp::generate::Generator::new(3, 1_700_000_000_000_000_000);
-    let payloads: Vec<Vec<u8>> = (0..records)
-        .map(|_| {
-            let [traces, _] = generator.requests(spans_per_record / 5);
-            traces.bytes
-        })
-        .collect();
     let mut sends = Vec::new();
     for (i, p) in payloads.iter().enumerate() {
         sends.push(
@@ -184,7 +191,6 @@ pub(crate) async fn produce_spans(
     for s in sends {
         s.await.map_err(|(e, _)| e).unwrap();
     }
-    payloads
 }
 
 /// Waits until job `job` in `namespace` committed `ends[p]` for every partition `p` of
@@ -217,6 +223,18 @@ pub(crate) fn spans_job_file(
     uri: &str,
     extra: &str,
 ) -> PathBuf {
+    otlp_job_file(dir, name, namespace, (brokers, topic, "traces"), uri, extra)
+}
+
+/// [`spans_job_file`] for a topic of any OTLP signal.
+pub(crate) fn otlp_job_file(
+    dir: &Path,
+    name: &str,
+    namespace: &str,
+    (brokers, topic, signal): (&str, &str, &str),
+    uri: &str,
+    extra: &str,
+) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
         &path,
@@ -227,7 +245,7 @@ name = "{name}"
 brokers = "{brokers}"
 topics = ["{topic}"]
 group_id = "{name}-{group}"
-signals = {{ "{topic}" = "traces" }}
+signals = {{ "{topic}" = "{signal}" }}
 [catalog]
 uri = "{uri}"
 namespace = "{namespace}"
