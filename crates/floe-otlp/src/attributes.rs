@@ -130,17 +130,18 @@ fn in_points<P: PointAttributes>(points: &mut [P]) -> u64 {
 /// an index's key): a key given more than once keeps its last index at the position of its
 /// first. Returns how many indices were dropped.
 pub fn unique_key_indices<'k>(indices: &mut Vec<i32>, key: impl Fn(i32) -> &'k str) -> u64 {
-    let keys: Vec<&str> = indices.iter().map(|&i| key(i)).collect();
-    let repeated = keys
+    // Checked without allocating: this runs for every sample, and repeats are rare.
+    let repeated = indices
         .iter()
         .enumerate()
-        .any(|(i, a)| keys[i + 1..].contains(a));
+        .any(|(n, &a)| indices[n + 1..].iter().any(|&b| key(a) == key(b)));
     if !repeated {
         return 0;
     }
     let mut kept: Vec<(&str, i32)> = Vec::with_capacity(indices.len());
-    for (k, &index) in keys.iter().zip(indices.iter()) {
-        match kept.iter_mut().find(|(seen, _)| seen == k) {
+    for &index in indices.iter() {
+        let k = key(index);
+        match kept.iter_mut().find(|(seen, _)| *seen == k) {
             Some(slot) => slot.1 = index,
             None => kept.push((k, index)),
         }
