@@ -24,7 +24,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::{connect, cpu_seconds, decode_traces, release_bin, start_catalog};
+use common::{connect, cpu_seconds, decode_otlp, release_bin, start_catalog};
 use floe_core::Format;
 use floe_lake::commit::{RetryPolicy, commit_checkpoint};
 use floe_lake::marker::CommitMarker;
@@ -129,7 +129,7 @@ async fn main() {
         .map(|_| generator.requests(200)[0].bytes.clone())
         .collect();
     let mut batches = Vec::new();
-    decode_traces(&payloads, |taken| {
+    decode_otlp("otlp_spans", &payloads, |taken| {
         batches.extend(taken.into_iter().map(|(_, b)| b))
     });
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();

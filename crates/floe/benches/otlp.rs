@@ -39,7 +39,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 mod common;
 
 use common::{
-    committed, connect, cpu_seconds, decode_traces, peak_rss_mib, produce_spans, release_bin,
+    committed, connect, cpu_seconds, decode_otlp, peak_rss_mib, produce_spans, release_bin,
     spans_job_file, start_catalog,
 };
 
@@ -149,7 +149,7 @@ async fn main() {
         }
         encode_time += began.elapsed();
     };
-    decode_traces(&payloads, &mut encode);
+    decode_otlp("otlp_spans", &payloads, &mut encode);
     let decode_encode = spans as f64 / began.elapsed().as_secs_f64();
     let encode_share = encode_time.as_secs_f64() / began.elapsed().as_secs_f64();
 

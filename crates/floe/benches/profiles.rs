@@ -16,18 +16,16 @@
 //! sets the volume (default 2,000,000 samples).
 
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use floe_core::{Format, SourceRecord};
 use floe_otlp::generate::Generator;
-use floe_otlp::{OtlpFormat, Signal, decode};
+use floe_otlp::{Signal, decode};
 
 mod common;
 
 use common::{
-    connect, cpu_seconds, otlp_job_file, peak_rss_mib, produce, release_bin, start_catalog,
-    wait_committed,
+    connect, cpu_seconds, decode_otlp, otlp_job_file, peak_rss_mib, produce, release_bin,
+    start_catalog, wait_committed,
 };
 
 // The allocator the `floe` binary uses, so (a) and (b) measure the same code.
@@ -78,32 +76,11 @@ async fn main() {
     assert_eq!(decoded, payloads.len());
 
     // (b) decode → Arrow.
-    let mut format = OtlpFormat::new(Default::default());
-    let topic_name: Arc<str> = Arc::from("otlp_profiles");
     let began = Instant::now();
     let mut rows = 0;
-    for (offset, payload) in payloads.iter().enumerate() {
-        let record = SourceRecord {
-            topic: topic_name.clone(),
-            partition: 0,
-            offset: offset as i64,
-            payload: payload.clone(),
-            key: None,
-        };
-        format.append(&record, 0).unwrap();
-        if format.buffered_rows() >= 64 * 1024 {
-            rows += format
-                .take()
-                .iter()
-                .map(|(_, b)| b.num_rows())
-                .sum::<usize>();
-        }
-    }
-    rows += format
-        .take()
-        .iter()
-        .map(|(_, b)| b.num_rows())
-        .sum::<usize>();
+    decode_otlp("otlp_profiles", &payloads, |taken| {
+        rows += taken.iter().map(|(_, b)| b.num_rows()).sum::<usize>();
+    });
     let to_arrow = samples as f64 / began.elapsed().as_secs_f64();
     assert_eq!(rows, samples);
 

@@ -99,14 +99,15 @@ pub(crate) async fn connect(catalog: &Catalog) -> floe_lake::rest::CatalogClient
     .unwrap()
 }
 
-/// Decodes OTLP trace payloads as the job does (one `otlp_spans` record each), handing the
-/// format's batches to `sink` every 64k rows and at the end.
-pub(crate) fn decode_traces(
+/// Decodes OTLP payloads as the job does (one record of `topic`, e.g. `otlp_spans`, each),
+/// handing the format's batches to `sink` every 64k rows and at the end.
+pub(crate) fn decode_otlp(
+    topic: &str,
     payloads: &[Vec<u8>],
     mut sink: impl FnMut(Vec<(usize, arrow_array::RecordBatch)>),
 ) {
     let mut format = OtlpFormat::new(Default::default());
-    let topic: Arc<str> = Arc::from("otlp_spans");
+    let topic: Arc<str> = Arc::from(topic);
     for (offset, payload) in payloads.iter().enumerate() {
         let record = SourceRecord {
             topic: topic.clone(),
