@@ -292,7 +292,7 @@ async fn pending_backfill(f: &Fixture) -> String {
         .unwrap_or_else(|| "{}".into())
 }
 
-async fn wait_backfilled(f: &Fixture, child: &mut std::process::Child, log: &Path) {
+async fn wait_backfilled(f: &Fixture, child: &mut support::Floe, log: &Path) {
     let began = Instant::now();
     while pending_backfill(f).await != "{}" {
         assert!(

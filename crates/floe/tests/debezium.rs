@@ -581,7 +581,7 @@ async fn debezium_replicas_never_rewind_positions_or_rows() {
     let mut live: BTreeMap<i64, i64> = BTreeMap::new();
     let (mut next_id, mut lsn, mut events) = (0i64, 1_000u64, 0usize);
     let mut ends = vec![0i64; PARTITIONS as usize];
-    let mut replicas: Vec<Option<std::process::Child>> = vec![
+    let mut replicas: Vec<Option<support::Floe>> = vec![
         Some(spawn_floe(&jobs[0], &log)),
         Some(spawn_floe(&jobs[1], &log)),
         None,

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use floe_lake::rest::{CatalogClient, CatalogSettings};
 
@@ -116,25 +117,46 @@ pub(crate) fn http_get(port: u16, path: &str) -> String {
         .unwrap_or_default()
 }
 
+/// A running `floe` process and the file its log goes to (so a failed stop can show why).
+pub(crate) struct Floe {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl std::ops::Deref for Floe {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for Floe {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.child
+    }
+}
+
+/// The last `lines` lines of a log file (all of it when shorter), for failure messages.
+pub(crate) fn log_tail(log: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
 /// Starts `floe run JOB` with its log appended to `log`.
-pub(crate) fn spawn_floe(job: &Path, log: &Path) -> std::process::Child {
+pub(crate) fn spawn_floe(job: &Path, log: &Path) -> Floe {
     spawn_floe_with(job, log, &[])
 }
 
 /// Starts `floe run JOB` with its log appended to `log` and `env` set (a shipped job file's
 /// `${VAR}`s).
-pub(crate) fn spawn_floe_with(job: &Path, log: &Path, env: &[(&str, &str)]) -> std::process::Child {
+pub(crate) fn spawn_floe_with(job: &Path, log: &Path, env: &[(&str, &str)]) -> Floe {
     spawn_floe_run(job, log, env, &[])
 }
 
 /// `floe run JOB ARGS…` with its log appended to `log` and `env` set.
-pub(crate) fn spawn_floe_run(
-    job: &Path,
-    log: &Path,
-    env: &[(&str, &str)],
-    args: &[&str],
-) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_floe"))
+pub(crate) fn spawn_floe_run(job: &Path, log: &Path, env: &[(&str, &str)], args: &[&str]) -> Floe {
+    let child = Command::new(env!("CARGO_BIN_EXE_floe"))
         .args(["run", job.to_str().unwrap()])
         .args(args)
         .envs(env.iter().copied())
@@ -148,16 +170,48 @@ pub(crate) fn spawn_floe_run(
                 .unwrap(),
         )
         .spawn()
-        .unwrap()
+        .unwrap();
+    Floe {
+        child,
+        log: log.to_path_buf(),
+    }
 }
 
-/// Stops a job with SIGTERM; it must take its final checkpoint and exit 0.
-pub(crate) fn terminate(mut child: std::process::Child) {
+/// Whether process `pid` has installed a handler for SIGTERM (Linux: bit 14 of `SigCgt` in
+/// `/proc/PID/status`). A process that has not got that far (still being loaded) is ended by
+/// the signal's default action, which no program can prevent.
+fn catches_sigterm(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+            u64::from_str_radix(mask.trim(), 16).ok()
+        })
+        .is_some_and(|mask| mask & (1 << 14) != 0)
+}
+
+/// Stops a job with SIGTERM; it must take its final checkpoint and exit 0. A job started a
+/// moment ago gets the signal once it listens for it (Floe does from the start of `main`).
+pub(crate) fn terminate(mut floe: Floe) {
+    let pid = floe.id();
+    let began = Instant::now();
+    while !catches_sigterm(pid) && floe.try_wait().unwrap().is_none() {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "pid {pid} never listened for SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &pid.to_string()])
         .status()
         .unwrap();
-    assert!(child.wait().unwrap().success(), "clean stop exits 0");
+    let status = floe.wait().unwrap();
+    assert!(
+        status.success(),
+        "clean stop of pid {pid} exits 0, not {status}; the log's end:\n{}",
+        log_tail(&floe.log, 80)
+    );
 }
 
 /// How many times the chaos tests kill the job: `FLOE_CHAOS_KILLS`, default 20.
