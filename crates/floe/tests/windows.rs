@@ -29,7 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use floe_core::position_of;
@@ -366,7 +366,7 @@ state_dir = "{state}"
         self.dir.join("floe.log")
     }
 
-    fn spawn(&self, instance: usize) -> Child {
+    fn spawn(&self, instance: usize) -> support::Floe {
         spawn_floe(&self.job(instance), &self.log())
     }
 
@@ -385,7 +385,7 @@ state_dir = "{state}"
     }
 }
 
-fn kill(mut child: Child) {
+fn kill(mut child: support::Floe) {
     child.kill().unwrap();
     child.wait().unwrap();
 }
@@ -502,7 +502,7 @@ async fn savepointed(f: &Fixture) -> Scenario {
         .unwrap();
     f.produce(&mut s, RECORDS).await;
     f.wait_caught_up(&s).await;
-    terminate(child);
+    terminate(support::Floe::of(child, &s.log()));
     let log = std::fs::read_to_string(s.log()).unwrap();
     assert!(
         log.contains("table back at the savepoint"),

@@ -123,6 +123,16 @@ pub(crate) struct Floe {
     log: PathBuf,
 }
 
+impl Floe {
+    /// A `floe` process started some other way (another build), logging to `log`.
+    pub(crate) fn of(child: std::process::Child, log: &Path) -> Self {
+        Self {
+            child,
+            log: log.to_path_buf(),
+        }
+    }
+}
+
 impl std::ops::Deref for Floe {
     type Target = std::process::Child;
     fn deref(&self) -> &std::process::Child {
@@ -171,10 +181,7 @@ pub(crate) fn spawn_floe_run(job: &Path, log: &Path, env: &[(&str, &str)], args:
         )
         .spawn()
         .unwrap();
-    Floe {
-        child,
-        log: log.to_path_buf(),
-    }
+    Floe::of(child, log)
 }
 
 /// Whether process `pid` has installed a handler for SIGTERM (Linux: bit 14 of `SigCgt` in
