@@ -187,15 +187,7 @@ async fn state_commits(client: &CatalogClient, job: &str) -> Vec<(u64, u64)> {
 
 /// Resident memory of a process now (MiB).
 fn rss_now_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    common::status_mib(pid, "VmRSS")
 }
 
 /// Bytes of the files under `dir`.

@@ -488,21 +488,16 @@ async fn savepointed(f: &Fixture) -> Scenario {
     let listed = s.floe(&["savepoint", job, "--list"]);
     assert!(listed.contains("before-upgrade"), "{listed}");
     let upgraded = upgraded_binary();
-    let child = Command::new(&upgraded)
-        .args(["run", job, "--from-savepoint", "before-upgrade"])
-        .env("RUST_LOG", "info")
-        .stdout(std::process::Stdio::null())
-        .stderr(
-            std::fs::OpenOptions::new()
-                .append(true)
-                .open(s.log())
-                .unwrap(),
-        )
-        .spawn()
-        .unwrap();
+    let child = support::spawn_run(
+        &upgraded,
+        Path::new(job),
+        &s.log(),
+        &[],
+        &["--from-savepoint", "before-upgrade"],
+    );
     f.produce(&mut s, RECORDS).await;
     f.wait_caught_up(&s).await;
-    terminate(support::Floe::of(child, &s.log()));
+    terminate(child);
     let log = std::fs::read_to_string(s.log()).unwrap();
     assert!(
         log.contains("table back at the savepoint"),

@@ -27,16 +27,16 @@ pub(crate) mod support;
 
 pub(crate) use support::{committed, free_port};
 
-pub(crate) fn peak_rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
+/// A memory figure of `/proc/PID/status` (given in kB) in MiB; 0 once the process is gone.
+pub(crate) fn status_mib(pid: u32, field: &str) -> f64 {
+    support::proc_status(pid, field)
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The peak resident memory of a process so far (MiB).
+pub(crate) fn peak_rss_mib(pid: u32) -> f64 {
+    status_mib(pid, "VmHWM")
 }
 
 /// User + system CPU seconds of a process so far.

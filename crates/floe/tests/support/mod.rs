@@ -123,16 +123,6 @@ pub(crate) struct Floe {
     log: PathBuf,
 }
 
-impl Floe {
-    /// A `floe` process started some other way (another build), logging to `log`.
-    pub(crate) fn of(child: std::process::Child, log: &Path) -> Self {
-        Self {
-            child,
-            log: log.to_path_buf(),
-        }
-    }
-}
-
 impl std::ops::Deref for Floe {
     type Target = std::process::Child;
     fn deref(&self) -> &std::process::Child {
@@ -166,7 +156,19 @@ pub(crate) fn spawn_floe_with(job: &Path, log: &Path, env: &[(&str, &str)]) -> F
 
 /// `floe run JOB ARGS…` with its log appended to `log` and `env` set.
 pub(crate) fn spawn_floe_run(job: &Path, log: &Path, env: &[(&str, &str)], args: &[&str]) -> Floe {
-    let child = Command::new(env!("CARGO_BIN_EXE_floe"))
+    spawn_run(Path::new(env!("CARGO_BIN_EXE_floe")), job, log, env, args)
+}
+
+/// `BIN run JOB ARGS…` — this build's `floe` or another (an upgrade) — with its log appended
+/// to `log` and `env` set.
+pub(crate) fn spawn_run(
+    bin: &Path,
+    job: &Path,
+    log: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Floe {
+    let child = Command::new(bin)
         .args(["run", job.to_str().unwrap()])
         .args(args)
         .envs(env.iter().copied())
@@ -181,20 +183,29 @@ pub(crate) fn spawn_floe_run(job: &Path, log: &Path, env: &[(&str, &str)], args:
         )
         .spawn()
         .unwrap();
-    Floe::of(child, log)
+    Floe {
+        child,
+        log: log.to_path_buf(),
+    }
 }
 
 /// Whether process `pid` has installed a handler for SIGTERM (Linux: bit 14 of `SigCgt` in
 /// `/proc/PID/status`). A process that has not got that far (still being loaded) is ended by
 /// the signal's default action, which no program can prevent.
 fn catches_sigterm(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
-            u64::from_str_radix(mask.trim(), 16).ok()
-        })
+    proc_status(pid, "SigCgt")
+        .and_then(|mask| u64::from_str_radix(&mask, 16).ok())
         .is_some_and(|mask| mask & (1 << 14) != 0)
+}
+
+/// The value of `field` in `/proc/PID/status` (Linux), trimmed; `None` once the process is
+/// gone.
+pub(crate) fn proc_status(pid: u32, field: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
 }
 
 /// Stops a job with SIGTERM; it must take its final checkpoint and exit 0. A job started a
@@ -263,10 +274,32 @@ pub(crate) async fn pg_connect(config: &tokio_postgres::Config) -> tokio_postgre
 
 /// Whether replication slot `slot` has confirmed everything up to `lsn`.
 pub(crate) async fn slot_confirmed(client: &tokio_postgres::Client, slot: &str, lsn: &str) -> bool {
+    slot_at_least(client, slot, "confirmed_flush_lsn", lsn).await
+}
+
+/// Whether slot `slot`'s restart point (where a restarted walsender decodes from) has passed
+/// `lsn`.
+pub(crate) async fn slot_restarts_after(
+    client: &tokio_postgres::Client,
+    slot: &str,
+    lsn: &str,
+) -> bool {
+    slot_at_least(client, slot, "restart_lsn", lsn).await
+}
+
+/// Whether column `point` of slot `slot` in `pg_replication_slots` is at `lsn` or past it.
+async fn slot_at_least(
+    client: &tokio_postgres::Client,
+    slot: &str,
+    point: &str,
+    lsn: &str,
+) -> bool {
     client
         .query_opt(
-            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 \
-             AND confirmed_flush_lsn >= $2::text::pg_lsn",
+            &format!(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 \
+                 AND {point} >= $2::text::pg_lsn"
+            ),
             &[&slot, &lsn],
         )
         .await
