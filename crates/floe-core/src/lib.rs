@@ -9,6 +9,7 @@
 //!   them tagged with their source partitions ([`StreamBatch`]);
 //! * [`reader`] — a [`Reader`] is what feeds a job: records through a format, or a database's
 //!   change stream; it owns positions and says where a barrier may go;
+//! * [`exchange`] — an [`ExchangeProducer`] writes the records a job re-keys through a topic;
 //! * [`rollup`] — what a window records in its rollup table for the maintenance merge;
 //! * [`error`] — [`SourceError`], the one error of all of them: whose fault, retryable or not.
 //!
@@ -16,6 +17,7 @@
 //! in its own crate, next to it.
 
 pub mod error;
+pub mod exchange;
 pub mod format;
 pub mod reader;
 pub mod rollup;
@@ -23,6 +25,7 @@ pub mod source;
 pub mod stream;
 
 pub use error::{Fault, SourceError, SourceResult};
+pub use exchange::ExchangeProducer;
 pub use format::{Appended, Format, Refused};
 pub use reader::{Barrier, Committed, DeadLetter, ReadItem, ReadOut, Reader};
 pub use source::{

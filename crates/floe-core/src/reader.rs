@@ -74,7 +74,10 @@ pub enum Barrier {
     Allowed,
     /// Not now (inside a source transaction or an initial copy).
     NotNow,
-    /// Now, please: what was read must be committed on its own (an initial copy is complete).
+    /// Now, please: what was read should be committed without waiting for the interval (an
+    /// initial copy is complete, or an incremental snapshot read its last chunk). The runtime
+    /// takes it once no commit is in flight; a reader answers `Wanted` until a commit holds
+    /// what it wanted committed, or until [`take`](Reader::take) hands it over.
     Wanted,
 }
 

@@ -77,6 +77,7 @@ impl RawKafka {
                 &[("earliest", StartAt::Earliest), ("latest", StartAt::Latest)],
                 StartAt::Earliest,
             ),
+            earliest_topics: Vec::new(),
             properties: self
                 .properties
                 .iter()

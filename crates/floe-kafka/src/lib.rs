@@ -26,6 +26,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, Stre
 use rdkafka::{ClientConfig, ClientContext, Message, Offset, Statistics, TopicPartitionList};
 
 pub mod config;
+pub mod exchange;
 
 /// Settings of the Kafka source.
 #[derive(Debug, Clone)]
@@ -38,6 +39,9 @@ pub struct KafkaSettings {
     pub group_id: String,
     /// Start of partitions with no committed position.
     pub start: StartAt,
+    /// Topics whose partitions start at the earliest record whatever `start` says (a job's
+    /// exchange topics: every record in them is the job's own).
+    pub earliest_topics: Vec<String>,
     /// Other librdkafka properties (security, timeouts), passed through.
     pub properties: BTreeMap<String, String>,
 }
@@ -86,6 +90,7 @@ pub struct KafkaSource {
     generation: Arc<AtomicU64>,
     seen_generation: u64,
     start: StartAt,
+    earliest_topics: Vec<String>,
     /// Partitions whose seek is not confirmed yet: the offset their next record must have, and
     /// the seeks tried.
     pending: HashMap<(Arc<str>, i32), (i64, u32)>,
@@ -140,7 +145,12 @@ impl KafkaSource {
                 lag: lag.clone(),
             })
             .map_err(|e| SourceError::user(format!("cannot create the Kafka consumer: {e}")))?;
-        let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
+        let topics: Vec<&str> = settings
+            .topics
+            .iter()
+            .chain(&settings.earliest_topics)
+            .map(String::as_str)
+            .collect();
         consumer
             .subscribe(&topics)
             .map_err(|e| SourceError::user(format!("cannot subscribe to {topics:?}: {e}")))?;
@@ -150,6 +160,7 @@ impl KafkaSource {
             generation,
             seen_generation: 0,
             start: settings.start,
+            earliest_topics: settings.earliest_topics.clone(),
             pending: HashMap::new(),
             next: HashMap::new(),
             topics: settings
@@ -212,14 +223,15 @@ impl KafkaSource {
             return Ok(HashMap::new());
         }
         // As "timestamps", librdkafka sends these as ListOffsets' -2 and -1.
-        let special = match self.start {
+        let special = |topic: &str| match self.start {
+            _ if self.earliest_topics.iter().any(|t| t == topic) => Offset::Beginning,
             StartAt::Earliest => Offset::Beginning,
             StartAt::Latest => Offset::End,
         };
         let mut query = TopicPartitionList::new();
         for (topic, partition) in partitions {
             query
-                .add_partition_offset(topic, *partition, special)
+                .add_partition_offset(topic, *partition, special(topic))
                 .map_err(|e| SourceError::internal(format!("offset query: {e}")))?;
         }
         let answer = self

@@ -1,6 +1,7 @@
 //! Committing a checkpoint: every touched table gets one snapshot carrying the checkpoint's
-//! marker, in one `transactions/commit` when the catalog advertises it, else one commit per
-//! table — and never twice.
+//! marker (preceded, in the same table commit, by one of first data files when its delta has
+//! them — see [`Delta::first_data_files`]), in one `transactions/commit` when the catalog
+//! advertises it, else one commit per table — and never twice.
 //!
 //! The outcome rules:
 //! * **409** — another writer moved `main`: delete this attempt's manifests, back off, reload,
@@ -76,7 +77,12 @@ async fn discard(table: &LoadedTable, written: &[String]) {
 /// Fails if a position delete targets a data file that is not in the delta itself and is no
 /// longer live in the table (a concurrent rewrite removed it; the delete would be lost).
 async fn validate_position_targets(table: &LoadedTable, delta: &Delta) -> LakeResult<()> {
-    let own: HashSet<&str> = delta.data_files.iter().map(|f| f.file_path()).collect();
+    let own: HashSet<&str> = delta
+        .data_files
+        .iter()
+        .chain(&delta.first_data_files)
+        .map(|f| f.file_path())
+        .collect();
     let targets: HashSet<String> = delta
         .delete_files
         .iter()

@@ -13,6 +13,11 @@
 //! * the commit asserts the table UUID and that `main` still points at the base snapshot, so a
 //!   concurrent writer turns it into a 409 and the caller re-plans from a fresh load.
 //!
+//! A delta may also carry **first** data files: they go in a snapshot of their own, committed
+//! just before the delta's in the same request (both land or neither), so the delta's equality
+//! deletes — a snapshot later — reach their rows. That is how rows copied from a database and
+//! changed again before the checkpoint are committed without holding them until then.
+//!
 //! Only the table's default partition spec is accepted for new files.
 
 use std::collections::HashMap;
@@ -38,6 +43,10 @@ pub struct Delta {
     pub properties: HashMap<String, String>,
     /// Remove every file the table holds before adding these (a SQL `TRUNCATE`).
     pub truncate: bool,
+    /// Data files committed first, in a snapshot of their own (after the truncate, if any),
+    /// so that this delta's equality deletes apply to them: an equality delete reaches only
+    /// data of a smaller sequence number. With no delete files they join `data_files`.
+    pub first_data_files: Vec<DataFile>,
 }
 
 /// A snapshot whose files are written and whose commit is ready to send.
@@ -184,8 +193,76 @@ fn counters(delta: &Delta) -> HashMap<String, String> {
 }
 
 /// Writes the manifests and manifest list of a snapshot that adds `delta` on top of the
-/// table's current `main`, and returns the commit to send.
+/// table's current `main` — two snapshots when the delta has first data files and deletes that
+/// must reach them — and returns the commit to send.
 pub async fn prepare_row_delta(table: &LoadedTable, delta: &Delta) -> LakeResult<PreparedSnapshot> {
+    if delta.first_data_files.is_empty() {
+        return prepare_snapshot(table, delta).await;
+    }
+    if delta.delete_files.is_empty() {
+        // Nothing in the delta deletes: one snapshot holds them all.
+        let mut merged = delta.clone();
+        let mut data_files = std::mem::take(&mut merged.first_data_files);
+        data_files.append(&mut merged.data_files);
+        merged.data_files = data_files;
+        return prepare_snapshot(table, &merged).await;
+    }
+    let first = Delta {
+        data_files: delta.first_data_files.clone(),
+        truncate: delta.truncate,
+        ..Delta::default()
+    };
+    let first = prepare_snapshot(table, &first).await?;
+    let rest = Delta {
+        first_data_files: Vec::new(),
+        truncate: false,
+        ..delta.clone()
+    };
+    let second = match with_updates(table, &first.commit.updates) {
+        Ok(after) => prepare_snapshot(&after, &rest).await,
+        Err(e) => Err(e),
+    };
+    let second = match second {
+        Ok(second) => second,
+        Err(e) => {
+            for path in &first.written {
+                let _ = table.io.delete(path).await;
+            }
+            return Err(e);
+        }
+    };
+    let PreparedSnapshot {
+        commit: mut combined,
+        mut written,
+        ..
+    } = first;
+    combined.updates.extend(second.commit.updates);
+    written.extend(second.written);
+    Ok(PreparedSnapshot {
+        commit: combined,
+        snapshot_id: second.snapshot_id,
+        written,
+    })
+}
+
+/// `table` as it will be once `updates` are applied (for planning a second snapshot on a
+/// first one of the same commit).
+fn with_updates(table: &LoadedTable, updates: &[TableUpdate]) -> LakeResult<LoadedTable> {
+    let mut builder = table
+        .metadata
+        .clone()
+        .into_builder(table.metadata_location.clone());
+    for update in updates {
+        builder = update.clone().apply(builder)?;
+    }
+    Ok(LoadedTable {
+        metadata: builder.build()?.metadata,
+        ..table.clone()
+    })
+}
+
+/// One snapshot adding `delta` (its first data files excepted) on top of `table`'s `main`.
+async fn prepare_snapshot(table: &LoadedTable, delta: &Delta) -> LakeResult<PreparedSnapshot> {
     let metadata = &table.metadata;
     if metadata.format_version() != FormatVersion::V2 {
         return Err(LakeError::new(

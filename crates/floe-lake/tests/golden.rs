@@ -10,6 +10,7 @@
 //! | s4 | equality delete id=4 and a new row 4 in the same snapshot | 1 4(new) 5 |
 //! | s5 | insert 6 and 7 and a position delete of 6 in the same snapshot | 1 4 5 7 |
 //! | s6 | truncate (every file removed) and a new row 8 in the same snapshot | 8 |
+//! | s7 | first 9 and 10 in a snapshot of their own, then an equality delete id=9 and a new row 9 in the next, one commit | 8 9(new) 10 |
 
 mod support;
 
@@ -116,7 +117,7 @@ async fn delete_conformance_scenario() {
                 data_files: data,
                 delete_files: deletes,
                 properties: marker(4).to_properties(),
-                truncate: false,
+                ..Delta::default()
             },
         )
         .await;
@@ -132,7 +133,7 @@ async fn delete_conformance_scenario() {
                 data_files: data,
                 delete_files: deletes,
                 properties: marker(5).to_properties(),
-                truncate: false,
+                ..Delta::default()
             },
         )
         .await;
@@ -155,14 +156,57 @@ async fn delete_conformance_scenario() {
                 delete_files: Vec::new(),
                 properties: marker(6).to_properties(),
                 truncate: true,
+                ..Delta::default()
             },
         )
         .await;
         check(&table, s3, &[(8, 4.0)], "s6 truncate + insert").await;
 
+        // s7: rows copied from a database (9, 10) and a change of 9 before the checkpoint: the
+        // copied rows go first, in a snapshot of their own, so the change's equality delete —
+        // one sequence number later, in the same commit — reaches the copied 9.
+        let before = table.metadata.current_snapshot().unwrap().clone();
+        let copied = write_data(&table, &[9, 10], 5.0).await;
+        let deletes = write_equality_deletes(&table, &[9]).await;
+        let changed = write_data(&table, &[9], 6.0).await;
+        let table = commit(
+            &client,
+            &ident,
+            Delta {
+                first_data_files: copied,
+                data_files: changed,
+                delete_files: deletes,
+                properties: marker(7).to_properties(),
+                ..Delta::default()
+            },
+        )
+        .await;
+        check(
+            &table,
+            s3,
+            &[(8, 4.0), (9, 6.0), (10, 5.0)],
+            "s7 first files + upsert",
+        )
+        .await;
+        let head = table.metadata.current_snapshot().unwrap();
+        let first = table
+            .metadata
+            .snapshot_by_id(head.parent_snapshot_id().unwrap())
+            .unwrap();
+        assert_eq!(first.parent_snapshot_id(), Some(before.snapshot_id()));
+        assert_eq!(first.sequence_number(), before.sequence_number() + 1);
+        assert_eq!(head.sequence_number(), first.sequence_number() + 1);
+        assert_eq!(
+            newest_marker(&table.metadata, "golden")
+                .unwrap()
+                .snapshot_id,
+            head.snapshot_id(),
+            "the marker is on the second snapshot"
+        );
+
         // The newest marker of the job is found again, with its positions.
         let found = newest_marker(&table.metadata, "golden").unwrap();
-        assert_eq!(found.marker, marker(6));
+        assert_eq!(found.marker, marker(7));
         assert_eq!(
             Some(found.snapshot_id),
             table.metadata.current_snapshot_id()

@@ -30,6 +30,15 @@
 //! allowed_lateness = "30s"
 //! late_output = "rollup_1m_late"               # default: <output>_late
 //! aggregates = { spans = "count()", p99_ns = "quantile(duration_ns, 0.99)" }
+//!
+//! [[operators]]
+//! id = "by_service"
+//! kind = "exchange"             # re-keys the stream through a Kafka topic (ADR 0007)
+//! input = "spans"
+//! key = ["service_name"]        # every row of a key reaches one partition of the output
+//! partitions = 12               # of the topic: the most replicas the output can spread over
+//! topic = "floe.otlp.by_service"   # default floe.<job>.<id>
+//! retention = "7d"              # how long the topic keeps records (default 7d)
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -100,6 +109,14 @@ pub struct RawOperator {
     pub allowed_lateness: Option<Text>,
     /// `window`: the stream of rows later than that (default `<output>_late`).
     pub late_output: Option<Text>,
+    /// `exchange`: the topic's partition count (default 12).
+    pub partitions: Option<Spanned<i64>>,
+    /// `exchange`: the topic (default `floe.<job>.<id>`).
+    pub topic: Option<Text>,
+    /// `exchange`: how long the topic keeps records (default `7d`).
+    pub retention: Option<Text>,
+    /// `exchange`: copies of each partition (default: the brokers' default).
+    pub replication: Option<Spanned<i64>>,
     /// `window`: output column → aggregate (`count()`, `sum(col)`, `min(col)`, `max(col)`,
     /// `avg(col)`, `count_distinct(col)`, `quantile(col, q)`).
     #[serde(default)]
@@ -129,7 +146,29 @@ pub enum OperatorKind {
     },
     /// `window`.
     Window(WindowSpec),
+    /// `exchange`: not an operator of the pipeline — its input's rows go to a topic, and the
+    /// job's reader reads them back as its output stream (the runtime's `exchange` module).
+    Exchange(ExchangeConfig),
 }
+
+/// An `exchange` as the job file gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExchangeConfig {
+    /// Key columns: rows with equal values go to one partition.
+    pub key: Vec<String>,
+    /// The topic's partitions.
+    pub partitions: i32,
+    /// The topic, if the job file names it.
+    pub topic: Option<String>,
+    /// `retention.ms` of the topic.
+    pub retention_ms: i64,
+    /// Copies of each partition (-1: the brokers' default).
+    pub replication: i32,
+}
+
+/// The default partition count of an exchange topic: 12 spreads evenly over 1, 2, 3, 4 and 6
+/// replicas.
+pub const EXCHANGE_PARTITIONS: i32 = 12;
 
 /// A checked operator, ready to build once its input's columns are known.
 #[derive(Debug, Clone)]
@@ -156,7 +195,7 @@ impl OperatorConfig {
     pub fn fingerprint(&self) -> Option<String> {
         match &self.kind {
             OperatorKind::Window(w) => Some(w.fingerprint()),
-            OperatorKind::Sql { .. } => None,
+            OperatorKind::Sql { .. } | OperatorKind::Exchange(_) => None,
         }
     }
 
@@ -171,6 +210,9 @@ impl OperatorConfig {
                 predicate.clone(),
             )?),
             OperatorKind::Window(spec) => Box::new(Window::new(spec.clone(), input)?),
+            OperatorKind::Exchange(_) => {
+                return Err("an exchange is the reader's, not an operator of the pipeline".into());
+            }
         })
     }
 
@@ -191,6 +233,12 @@ impl OperatorConfig {
                 }
                 s
             }
+            OperatorKind::Exchange(x) => format!(
+                "exchange by {} through {} partitions of {}",
+                x.key.join(", "),
+                x.partitions,
+                x.topic.as_deref().unwrap_or("floe.<job>.<id>")
+            ),
             OperatorKind::Window(w) => {
                 let shape = match w.kind {
                     WindowKind::Tumbling { size } => format!("tumbling {}", micros_text(size)),
@@ -299,6 +347,12 @@ pub fn check_pipeline(
                 );
             }
         };
+        if kind_name != "exchange" {
+            not_for(c, "partitions", raw.partitions.is_some());
+            not_for(c, "topic", raw.topic.is_some());
+            not_for(c, "retention", raw.retention.is_some());
+            not_for(c, "replication", raw.replication.is_some());
+        }
         let kind = match kind_name.as_str() {
             "filter" | "select" => {
                 not_for(c, "window", raw.window.is_some());
@@ -339,10 +393,25 @@ pub fn check_pipeline(
                     None => continue,
                 }
             }
+            "exchange" => {
+                not_for(c, "where", raw.predicate.is_some());
+                not_for(c, "columns", raw.columns.is_some());
+                not_for(c, "window", raw.window.is_some());
+                not_for(c, "aggregates", !raw.aggregates.is_empty());
+                not_for(c, "allowed_lateness", raw.allowed_lateness.is_some());
+                not_for(c, "late_output", raw.late_output.is_some());
+                not_for(c, "time_column", raw.time_column.is_some());
+                match exchange(c, &id, raw, kind_value) {
+                    Some(x) => OperatorKind::Exchange(x),
+                    None => continue,
+                }
+            }
             other => {
                 c.at(
                     kind_value,
-                    format!("there is no operator kind {other:?}; use filter, select or window"),
+                    format!(
+                        "there is no operator kind {other:?}; use filter, select, window or exchange"
+                    ),
                 );
                 continue;
             }
@@ -572,6 +641,99 @@ fn window(c: &mut Checker<'_>, id: &str, raw: &RawOperator, at: &Text) -> Option
     })
 }
 
+/// The lineage columns an exchange's input must carry: each row's source offset and its
+/// ordinal within the record, by which the reading side drops rows it already took.
+pub const EXCHANGE_LINEAGE: [&str; 2] = ["kafka_offset", "kafka_item"];
+
+/// The stream an exchange produces from `input`: the same rows and columns under the
+/// exchange's output name, an append stream landing in a table of that name. `Err` says why
+/// the input cannot be exchanged.
+pub fn exchange_output(op: &OperatorConfig, input: &StreamSpec) -> Result<StreamSpec, String> {
+    let OperatorKind::Exchange(x) = &op.kind else {
+        return Err(format!("{} is not an exchange", op.id));
+    };
+    if input.changelog {
+        return Err(format!(
+            "stream {} is a changelog; an exchange re-keys append streams",
+            input.name
+        ));
+    }
+    let schema = input
+        .schema
+        .as_ref()
+        .ok_or_else(|| format!("the columns of stream {} are not known", input.name))?;
+    for column in EXCHANGE_LINEAGE {
+        if schema.field_by_name(column).is_none() {
+            return Err(format!(
+                "stream {} has no column {column}: an exchange reads a stream decoded from \
+                 Kafka (or filtered or selected from one, keeping {})",
+                input.name,
+                EXCHANGE_LINEAGE.join(" and ")
+            ));
+        }
+    }
+    for column in &x.key {
+        if schema.field_by_name(column).is_none() {
+            return Err(format!("stream {} has no key column {column}", input.name));
+        }
+    }
+    let name = op.outputs[0].clone();
+    Ok(StreamSpec {
+        table: name.clone(),
+        name,
+        properties: Vec::new(),
+        ..input.clone()
+    })
+}
+
+fn exchange(c: &mut Checker<'_>, id: &str, raw: &RawOperator, at: &Text) -> Option<ExchangeConfig> {
+    let key: Vec<String> = raw.key.iter().flatten().map(|k| c.text(k)).collect();
+    if key.is_empty() {
+        c.at(
+            at,
+            format!("exchange {id} needs `key`: the columns whose rows must meet in one partition"),
+        );
+        return None;
+    }
+    let partitions = match &raw.partitions {
+        None => EXCHANGE_PARTITIONS,
+        Some(p) if (1..=10_000).contains(p.get_ref()) => *p.get_ref() as i32,
+        Some(p) => {
+            c.at(p, "an exchange's `partitions` is between 1 and 10000");
+            return None;
+        }
+    };
+    let replication = match &raw.replication {
+        None => -1,
+        Some(r) if (1..=32).contains(r.get_ref()) => *r.get_ref() as i32,
+        Some(r) => {
+            c.at(r, "an exchange's `replication` is between 1 and 32");
+            return None;
+        }
+    };
+    let topic = c.opt(raw.topic.as_ref());
+    if let (Some(t), Some(at)) = (&topic, &raw.topic)
+        && (t.is_empty()
+            || t.len() > 249
+            || !t
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || "._-".contains(ch)))
+    {
+        c.at(
+            at,
+            "a Kafka topic name is up to 249 letters, digits, '.', '_' or '-'",
+        );
+    }
+    let retention = c.duration(raw.retention.as_ref(), Duration::from_secs(7 * 24 * 3600));
+    Some(ExchangeConfig {
+        key,
+        partitions,
+        topic,
+        retention_ms: retention.as_millis() as i64,
+        replication,
+    })
+}
+
 /// Fills in each window's event time from its input stream (the operator's `time_column`, or
 /// the stream's `[streams]` setting, or the stream's own), following `select`/`filter`
 /// operators back to a source stream; returns the windows that have none, with their place.
@@ -599,10 +761,10 @@ pub fn resolve_time(pipeline: &mut Pipeline, source: &[StreamSpec]) -> Vec<(Stri
                 }
                 return time;
             }
-            let producer = pipeline
-                .operators
-                .iter()
-                .find(|o| o.outputs.contains(&name) && matches!(o.kind, OperatorKind::Sql { .. }));
+            let producer = pipeline.operators.iter().find(|o| {
+                o.outputs.contains(&name)
+                    && matches!(o.kind, OperatorKind::Sql { .. } | OperatorKind::Exchange(_))
+            });
             match producer {
                 Some(p) if seen < 64 => {
                     name = p.input.clone();

@@ -171,6 +171,11 @@ impl Committer {
             .is_some_and(|f| f.task.is_finished())
     }
 
+    /// Whether no commit is in flight (nothing to settle).
+    pub(crate) fn idle(&self) -> bool {
+        self.in_flight.is_none()
+    }
+
     /// Starts committing `checkpoint` (call [`settle`](Self::settle) first); returns `false`
     /// when it has nothing to commit.
     pub(crate) fn start(&mut self, checkpoint: Checkpoint) -> bool {
@@ -221,6 +226,7 @@ impl Committer {
                         ident.clone(),
                         Delta {
                             data_files: o.data_files.clone(),
+                            first_data_files: o.first_data_files.clone(),
                             delete_files: o.delete_files.clone(),
                             truncate: o.truncate,
                             ..Default::default()

@@ -41,7 +41,9 @@ use std::time::Duration;
 use floe_config::{Checker, ConfigErrors, Source, Text};
 use floe_core::StreamSpec;
 pub use floe_lake::tables::PartitionField;
-use floe_ops::config::{Pipeline, RawOperator, RawStream, check_pipeline, resolve_time};
+use floe_ops::config::{
+    OperatorKind, Pipeline, RawOperator, RawStream, check_pipeline, exchange_output, resolve_time,
+};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use toml::Spanned;
@@ -57,6 +59,11 @@ pub trait SourceSection: DeserializeOwned {
 
     /// The streams the source produces, as far as they are known before it runs.
     fn streams(config: &Self::Config) -> Streams;
+
+    /// Whether the source's brokers can carry an exchange's topic (a Kafka source).
+    fn carries_exchanges(_config: &Self::Config) -> bool {
+        false
+    }
 }
 
 /// What a job file can know of its source's streams.
@@ -327,6 +334,23 @@ impl JobConfig {
         };
         let mut pipeline = check_pipeline(&mut c, &raw.streams, &raw.operators, known);
         check_operators(&mut c, &mut pipeline, known);
+        if let Some(config) = &job_source
+            && known.is_some()
+            && !S::carries_exchanges(config)
+        {
+            for op in &pipeline.operators {
+                if matches!(op.kind, OperatorKind::Exchange(_)) {
+                    c.at_place(
+                        &op.place,
+                        format!(
+                            "operator {}: an exchange needs [source.kafka]: its topic lives on \
+                             the job's brokers, and the job reads it back",
+                            op.id
+                        ),
+                    );
+                }
+            }
+        }
         let derived: Vec<String> = pipeline
             .operators
             .iter()
@@ -417,18 +441,48 @@ fn check_operators(c: &mut Checker<'_>, pipeline: &mut Pipeline, known: Option<&
         );
     }
     let Some(known) = known else {
+        for op in &pipeline.operators {
+            if matches!(op.kind, OperatorKind::Exchange(_)) {
+                c.at_place(
+                    &op.place,
+                    format!(
+                        "operator {}: an exchange re-keys the streams of a Kafka job; a change \
+                         stream is keyed by its table already",
+                        op.id
+                    ),
+                );
+            }
+        }
         return;
     };
+    for (place, problem) in derive_streams(pipeline, known).1 {
+        c.at_place(&place, problem);
+    }
+}
+
+/// Every stream of the pipeline over the source's `known` streams — each operator built to
+/// learn its outputs, an exchange's output its input renamed — and the problems found, with
+/// the operator's place.
+pub fn derive_streams(
+    pipeline: &Pipeline,
+    known: &[StreamSpec],
+) -> (Vec<StreamSpec>, Vec<(String, String)>) {
     let mut specs: Vec<StreamSpec> = known.to_vec();
+    let mut problems = Vec::new();
     for op in &pipeline.operators {
         let Some(input) = specs.iter().find(|s| s.name == op.input).cloned() else {
             continue;
         };
-        match op.build(&input) {
-            Ok(built) => specs.extend(built.outputs().iter().cloned()),
-            Err(e) => c.at_place(&op.place, format!("operator {}: {e}", op.id)),
+        let built = match &op.kind {
+            OperatorKind::Exchange(_) => exchange_output(op, &input).map(|out| vec![out]),
+            _ => op.build(&input).map(|built| built.outputs().to_vec()),
+        };
+        match built {
+            Ok(outputs) => specs.extend(outputs),
+            Err(e) => problems.push((op.place.clone(), format!("operator {}: {e}", op.id))),
         }
     }
+    (specs, problems)
 }
 
 /// A `[tables.<stream>]` section, checked against the streams the source is known to have and

@@ -6,6 +6,7 @@
 
 mod committer;
 pub mod deadletter;
+pub mod exchange;
 pub mod job;
 mod landing;
 pub mod metrics;

@@ -20,6 +20,8 @@ pub struct JobMetrics {
     pub checkpoints: IntCounter,
     /// Checkpoints dropped (rebalance, fencing).
     pub aborted_checkpoints: IntCounter,
+    /// Records written to exchange topics and confirmed before their checkpoint committed.
+    pub exchange_records: IntCounter,
     /// Seconds from barrier to committed.
     pub checkpoint_seconds: Histogram,
     /// Seconds of the catalog commit alone.
@@ -82,6 +84,11 @@ impl JobMetrics {
             aborted_checkpoints: IntCounter::new(
                 "floe_checkpoints_aborted_total",
                 "Checkpoints dropped before committing (rebalance, fenced)",
+            )
+            .expect("valid metric"),
+            exchange_records: IntCounter::new(
+                "floe_exchange_records_total",
+                "Records written to exchange topics, confirmed at their checkpoint's barrier",
             )
             .expect("valid metric"),
             checkpoint_seconds: Histogram::with_opts(
@@ -183,6 +190,7 @@ impl JobMetrics {
             Box::new(m.dead_letters.clone()),
             Box::new(m.checkpoints.clone()),
             Box::new(m.aborted_checkpoints.clone()),
+            Box::new(m.exchange_records.clone()),
             Box::new(m.checkpoint_seconds.clone()),
             Box::new(m.commit_seconds.clone()),
             Box::new(m.last_commit.clone()),

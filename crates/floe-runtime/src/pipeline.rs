@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use floe_core::{StreamBatch, StreamSpec};
 use floe_lake::{ErrorKind, LakeError, LakeResult};
-use floe_ops::config::OperatorConfig;
+use floe_ops::config::{OperatorConfig, OperatorKind};
 use floe_ops::{Context, DeadRow, OpError, Operator, OperatorStats};
 use floe_state::{Change, StateStore};
 
@@ -34,10 +34,12 @@ fn op_error(e: OpError) -> LakeError {
     invalid(e.to_string())
 }
 
-/// What routing produced: rows per stream (to land), truncated streams, refused rows.
+/// What routing produced: rows per stream (to land), rows for exchanges (by exchange id),
+/// truncated streams, refused rows.
 #[derive(Debug, Default)]
 pub(crate) struct Routed {
     pub(crate) rows: Vec<(String, StreamBatch)>,
+    pub(crate) exchanged: Vec<(String, StreamBatch)>,
     pub(crate) truncates: Vec<String>,
     pub(crate) dead: Vec<DeadRow>,
 }
@@ -50,6 +52,8 @@ pub(crate) struct Pipeline {
     inputs: Vec<Option<iceberg::spec::Schema>>,
     /// Stream → the operators reading it.
     consumers: HashMap<String, Vec<usize>>,
+    /// Stream → the exchanges reading it (their rows go to a topic, not to an operator).
+    exchanges: HashMap<String, Vec<String>>,
     state: Option<StateStore>,
 }
 
@@ -65,14 +69,23 @@ impl Pipeline {
     /// The operators of a job file (producers first); `state` holds the stateful ones' state.
     pub(crate) fn new(configs: Vec<OperatorConfig>, state: Option<StateStore>) -> Self {
         let mut consumers: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut exchanges: HashMap<String, Vec<String>> = HashMap::new();
         for (i, c) in configs.iter().enumerate() {
-            consumers.entry(c.input.clone()).or_default().push(i);
+            if matches!(c.kind, OperatorKind::Exchange(_)) {
+                exchanges
+                    .entry(c.input.clone())
+                    .or_default()
+                    .push(c.id.clone());
+            } else {
+                consumers.entry(c.input.clone()).or_default().push(i);
+            }
         }
         Self {
             operators: configs.iter().map(|_| None).collect(),
             inputs: configs.iter().map(|_| None).collect(),
             configs,
             consumers,
+            exchanges,
             state,
         }
     }
@@ -96,6 +109,10 @@ impl Pipeline {
             .map(|s| (s.name.clone(), s.clone()))
             .collect();
         for (i, config) in self.configs.iter().enumerate() {
+            if matches!(config.kind, OperatorKind::Exchange(_)) {
+                // Its output is a stream of the reader (read back from the topic).
+                continue;
+            }
             let Some(input) = specs.get(&config.input).cloned() else {
                 continue;
             };
@@ -148,6 +165,9 @@ impl Pipeline {
             op.on_batch(&batch, &mut ctx).map_err(op_error)?;
             let done = ctx.finish();
             self.drain(i, done, names, out)?;
+        }
+        for id in self.exchanges.get(stream).into_iter().flatten() {
+            out.exchanged.push((id.clone(), batch.clone()));
         }
         out.rows.push((stream.to_string(), batch));
         Ok(())

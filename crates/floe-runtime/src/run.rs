@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::committer::{Checkpoint, Committer, Part, Settled};
 use crate::deadletter::{self, DeadLetters};
+use crate::exchange::Outbound;
 use crate::job::JobConfig;
 use crate::landing::Landing;
 use crate::metrics::JobMetrics;
@@ -145,6 +146,8 @@ pub struct Job<R: Reader> {
     start: Positions,
     /// `reader.bytes_read()` at the last barrier.
     bytes_at_barrier: u64,
+    /// Where the pipeline's exchanges write (their rows are read back by the reader).
+    outbound: Option<Outbound>,
     summary: RunSummary,
 }
 
@@ -255,11 +258,40 @@ impl<R: Reader> Job<R> {
             dead_letters: DeadLetters::default(),
             start: Positions::new(),
             bytes_at_barrier: 0,
+            outbound: None,
             summary: RunSummary::default(),
         };
         job.follow_streams().await?;
         job.check_left_streams()?;
         Ok(job)
+    }
+
+    /// The producer of the pipeline's exchanges (a job with an exchange needs it; the reader
+    /// must read the exchanges' topics back, see [`crate::exchange`]).
+    pub fn with_exchanges(mut self, outbound: Outbound) -> Self {
+        self.outbound = Some(outbound);
+        self
+    }
+
+    /// Sends the rows routed to exchanges to their topics.
+    async fn exchange(&mut self, routed: &mut Routed) -> LakeResult<()> {
+        if routed.exchanged.is_empty() {
+            return Ok(());
+        }
+        let Some(outbound) = self.outbound.as_mut() else {
+            return Err(LakeError::new(
+                ErrorKind::Invalid,
+                "the pipeline has an exchange but the job no exchange producer",
+            ));
+        };
+        let names = |p: u32| self.reader.partition_name(p);
+        for (id, batch) in std::mem::take(&mut routed.exchanged) {
+            let records = outbound
+                .records(&id, &batch, &names)
+                .map_err(|e| LakeError::new(ErrorKind::Invalid, format!("exchange {id}: {e}")))?;
+            outbound.send(&id, records).await.map_err(source_error)?;
+        }
+        Ok(())
     }
 
     /// Builds the operators whose input became known, creates the tables of streams that
@@ -607,7 +639,10 @@ impl<R: Reader> Job<R> {
             let due = Instant::now() >= deadline
                 || self.reader.bytes_read() - self.bytes_at_barrier
                     >= self.config.max_buffered_bytes;
-            if barrier == Barrier::Wanted || (due && barrier == Barrier::Allowed) {
+            // A wanted barrier is taken once no commit is in flight: the reader asks until a
+            // commit holds what it wanted committed.
+            let wanted = barrier == Barrier::Wanted && self.committer.idle();
+            if wanted || (due && barrier != Barrier::NotNow) {
                 self.checkpoint().await?;
                 deadline = Instant::now() + self.config.interval;
             }
@@ -654,6 +689,7 @@ impl<R: Reader> Job<R> {
         let mut routed = Routed::default();
         let names = |p: u32| self.reader.partition_name(p);
         self.pipeline.tick(now_ms, &names, &mut routed)?;
+        self.exchange(&mut routed).await?;
         let inputs = self.land(routed)?;
         self.sinks.write(inputs).await
     }
@@ -728,6 +764,7 @@ impl<R: Reader> Job<R> {
                 ReadItem::Truncate(_) => self.pipeline.truncate(&name, &mut routed),
             }
         }
+        self.exchange(&mut routed).await?;
         let inputs = self.land(routed)?;
         self.sinks.write(inputs).await
     }
@@ -740,6 +777,9 @@ impl<R: Reader> Job<R> {
         self.reader.take(&mut dropped);
         let _ = self.dead_letters.take();
         self.sinks.abort().await;
+        if let Some(outbound) = self.outbound.as_mut() {
+            outbound.forget();
+        }
         // The operators' state goes back to the committed one when the partitions are
         // sought again (recover restores it).
         if let Err(e) = self.pipeline.clear() {
@@ -759,6 +799,7 @@ impl<R: Reader> Job<R> {
         let mut routed = Routed::default();
         let names = |p: u32| self.reader.partition_name(p);
         let epoch = self.pipeline.barrier(&names, &mut routed)?;
+        self.exchange(&mut routed).await?;
         let mut inputs = self.land(routed)?;
         let epoch = match epoch {
             Some((epoch, changes)) => {
@@ -779,6 +820,11 @@ impl<R: Reader> Job<R> {
         };
         self.sinks.write(inputs).await?;
         let closings = self.sinks.close().await?;
+        // The checkpoint's exchange records are in their topics before it commits.
+        if let Some(outbound) = self.outbound.as_mut() {
+            let landed = outbound.flush().await.map_err(source_error)?;
+            self.metrics.exchange_records.inc_by(landed);
+        }
         self.bytes_at_barrier = self.reader.bytes_read();
         let parts = self
             .landed

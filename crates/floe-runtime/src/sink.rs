@@ -8,8 +8,11 @@
 //! * An **upsert** sink (a changelog stream's table, keyed) collapses rows per key in an
 //!   [`UpsertBuffer`] and writes equality deletes and the final rows at the barrier — on a task
 //!   spawned for it, so the next checkpoint's rows keep flowing meanwhile. Rows without an op
-//!   column (a database's initial copy) go straight to data files; a checkpoint never mixes
-//!   them with changelog rows.
+//!   column — rows a database's snapshot copied, of keys the table does not hold — stream
+//!   straight to data files as they come, like an append sink's. Changelog rows of the same
+//!   checkpoint may change them again: the copied files are then committed first, in a
+//!   snapshot of their own ([`SinkOutput::first_data_files`]), so that the changes' equality
+//!   deletes reach them. A truncate drops the copied files written before it.
 //!
 //! At a barrier the loop asks for every sink's output ([`Sinks::close`]); a dropped checkpoint
 //! deletes its files ([`Sinks::abort`]). A write error is kept and returned by the next close.
@@ -32,6 +35,9 @@ const QUEUE: usize = 2;
 #[derive(Debug, Default, Clone)]
 pub(crate) struct SinkOutput {
     pub(crate) data_files: Vec<DataFile>,
+    /// Copied rows' data files, committed in a snapshot before the others (after the
+    /// truncate, if any) so that the delete files reach them.
+    pub(crate) first_data_files: Vec<DataFile>,
     pub(crate) delete_files: Vec<DataFile>,
     /// Everything older is removed.
     pub(crate) truncate: bool,
@@ -42,12 +48,18 @@ pub(crate) struct SinkOutput {
 impl SinkOutput {
     /// Whether this output changes the table.
     pub(crate) fn is_empty(&self) -> bool {
-        self.data_files.is_empty() && self.delete_files.is_empty() && !self.truncate
+        self.data_files.is_empty()
+            && self.first_data_files.is_empty()
+            && self.delete_files.is_empty()
+            && !self.truncate
     }
 
     /// Every file written.
     pub(crate) fn files(&self) -> impl Iterator<Item = &DataFile> {
-        self.data_files.iter().chain(&self.delete_files)
+        self.first_data_files
+            .iter()
+            .chain(&self.data_files)
+            .chain(&self.delete_files)
     }
 }
 
@@ -128,19 +140,7 @@ impl Sink {
         if let Some(upsert) = &mut self.upsert
             && is_changelog(batch)
         {
-            if self.writer.is_some() {
-                return Err(invalid(format!(
-                    "{}: changelog rows in the checkpoint of an initial copy",
-                    self.table.ident
-                )));
-            }
             return upsert.apply(batch);
-        }
-        if self.upsert.as_ref().is_some_and(UpsertBuffer::has_changes) {
-            return Err(invalid(format!(
-                "{}: copied rows in a checkpoint with changelog rows",
-                self.table.ident
-            )));
         }
         let batch = conform(batch, &self.arrow)?;
         let writer = match &mut self.writer {
@@ -153,10 +153,12 @@ impl Sink {
         writer.write(&batch).await
     }
 
-    fn truncate(&mut self) -> LakeResult<()> {
+    async fn truncate(&mut self) -> LakeResult<()> {
         match &mut self.upsert {
             Some(upsert) => {
                 upsert.truncate();
+                // Rows copied before the truncate go with it.
+                self.drop_copied().await;
                 Ok(())
             }
             None => Err(invalid(format!(
@@ -205,7 +207,7 @@ impl Sink {
         let (table, options) = (self.table.clone(), self.options.clone());
         Ok(Closing::Encoding(tokio::spawn(async move {
             let mut output = SinkOutput {
-                data_files,
+                first_data_files: data_files,
                 rows,
                 truncate: collapsed.truncate,
                 ..Default::default()
@@ -229,10 +231,15 @@ impl Sink {
     }
 
     async fn discard(&mut self) {
-        self.rows = 0;
         if let Some(upsert) = &mut self.upsert {
             upsert.clear();
         }
+        self.drop_copied().await;
+    }
+
+    /// Deletes the data files written since the barrier.
+    async fn drop_copied(&mut self) {
+        self.rows = 0;
         let mut files = std::mem::take(&mut self.written);
         if let Some(writer) = self.writer.take() {
             match writer.close().await {
@@ -349,7 +356,7 @@ async fn serve(mut commands: mpsc::Receiver<Command>) {
                 for (index, input) in inputs {
                     let result = match (sinks.get_mut(index), input) {
                         (Some(sink), SinkInput::Rows(batch)) => sink.write(&batch).await,
-                        (Some(sink), SinkInput::Truncate) => sink.truncate(),
+                        (Some(sink), SinkInput::Truncate) => sink.truncate().await,
                         (None, _) => Err(invalid(format!("no sink {index}"))),
                     };
                     if let Err(e) = result {

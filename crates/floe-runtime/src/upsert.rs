@@ -107,11 +107,6 @@ impl UpsertBuffer {
         self.entries.is_empty() && !self.truncated
     }
 
-    /// Whether changelog rows are buffered.
-    pub(crate) fn has_changes(&self) -> bool {
-        !self.entries.is_empty()
-    }
-
     /// The key columns.
     pub(crate) fn key(&self) -> &[String] {
         &self.key

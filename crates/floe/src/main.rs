@@ -10,14 +10,18 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use floe_cdc::postgres::PostgresSource;
+use floe_core::Format;
 use floe_kafka::KafkaSource;
+use floe_kafka::exchange::{KafkaExchange, TopicSpec};
 use floe_lake::rest::{CatalogClient, CatalogSettings};
 use floe_lake::savepoint;
 use floe_otlp::{GeneratorSource, OtlpFormat};
+use floe_runtime::exchange::{self, ExchangeFormat, Outbound};
 use floe_runtime::job::SourceSection;
 use floe_runtime::{Job, JobConfig, JobMetrics, RecordReader, RunOptions, RunSummary};
 use source::{KafkaFormat, RawSource, SourceConfig};
@@ -224,19 +228,45 @@ async fn run(
     }
     let bytes = Some(metrics.bytes.clone());
     let summary = match source {
-        SourceConfig::Kafka(settings, format) => {
-            let kafka = KafkaSource::connect(&settings)?;
-            match format {
-                KafkaFormat::DebeziumJson => {
-                    let reader = RecordReader::new(kafka, source::debezium(&config), bytes);
+        SourceConfig::Kafka(mut settings, format) => match format {
+            KafkaFormat::DebeziumJson => {
+                let kafka = KafkaSource::connect(&settings)?;
+                let reader = RecordReader::new(kafka, source::debezium(&config), bytes);
+                drive(config, client, reader, metrics, &options, shutdown).await?
+            }
+            KafkaFormat::Otlp(signals) => {
+                let format = OtlpFormat::new(signals);
+                let exchanges =
+                    exchange::exchanges(&config.name, &config.pipeline, &format.streams());
+                if exchanges.is_empty() {
+                    let kafka = KafkaSource::connect(&settings)?;
+                    let reader = RecordReader::new(kafka, format, bytes);
                     drive(config, client, reader, metrics, &options, shutdown).await?
-                }
-                KafkaFormat::Otlp(signals) => {
-                    let reader = RecordReader::new(kafka, OtlpFormat::new(signals), bytes);
-                    drive(config, client, reader, metrics, &options, shutdown).await?
+                } else {
+                    // The job reads its exchange topics back, from their first record.
+                    for x in &exchanges {
+                        let topic = TopicSpec {
+                            name: x.topic.clone(),
+                            partitions: x.partitions,
+                            retention_ms: x.retention_ms,
+                            replication: x.replication,
+                        };
+                        floe_kafka::exchange::ensure_topic(&settings, &topic).await?;
+                        settings.earliest_topics.push(x.topic.clone());
+                    }
+                    let producer = Arc::new(KafkaExchange::connect(&settings)?);
+                    let kafka = KafkaSource::connect(&settings)?;
+                    let format = ExchangeFormat::new(format, &exchanges);
+                    let reader = RecordReader::new(kafka, format, bytes);
+                    let outbound = Outbound::new(producer, exchanges);
+                    Job::open_with(config, client, reader, metrics, options.clone())
+                        .await?
+                        .with_exchanges(outbound)
+                        .run(shutdown)
+                        .await?
                 }
             }
-        }
+        },
         SourceConfig::Generator(g) => {
             let generator = GeneratorSource::new(g.seed, g.requests_per_second, g.duration);
             let reader = RecordReader::new(generator, OtlpFormat::new(HashMap::new()), bytes);

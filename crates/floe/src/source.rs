@@ -102,6 +102,10 @@ impl SourceSection for RawSource {
             }
         }
     }
+
+    fn carries_exchanges(config: &SourceConfig) -> bool {
+        matches!(config, SourceConfig::Kafka(_, KafkaFormat::Otlp(_)))
+    }
 }
 
 /// The Iceberg table names a job file gives change streams (`schema.table` → name).

@@ -524,6 +524,28 @@ async fn a_table_added_to_a_running_job_is_copied_while_the_stream_flows_and_the
             .unwrap_or_default()
     );
     equal(&f, &[("scratch", "scratch"), ("big", "big")]).await;
+    // Checkpoints that copied rows and also changed the table committed the copied files a
+    // snapshot before their changes (that first snapshot carries no marker), so the changes'
+    // equality deletes reached them: the path was taken, and the tables are still equal.
+    let big = f
+        .client
+        .load_table(&iceberg::TableIdent::from_strs(["app", "big"]).unwrap())
+        .await
+        .unwrap();
+    let first_files = big
+        .metadata
+        .snapshots()
+        .filter(|s| {
+            !s.summary()
+                .additional_properties
+                .contains_key(floe_lake::marker::JOB_ID)
+        })
+        .count();
+    eprintln!("{first_files} snapshots of copied rows committed before their checkpoint's changes");
+    assert!(
+        first_files > 0,
+        "no checkpoint mixed copied rows and changes"
+    );
     f.finish().await;
 }
 

@@ -17,7 +17,9 @@
 //!    copy's progress (by Postgres itself, so every type and collation orders as the chunks
 //!    do): a change of a key already copied is applied; one of a key not copied yet is
 //!    dropped — a later chunk reads that row's newest state — so the Iceberg table never holds
-//!    a key the copy has not reached, and copied rows are plain inserts (no equality deletes).
+//!    a key the copy has not reached, and copied rows are plain rows of new keys, written
+//!    straight to data files (the sink commits them a snapshot before the checkpoint's
+//!    changes, whose equality deletes then reach them).
 //!    When the watermark arrives, the chunk's rows are handed over, then **again** the changes
 //!    to its keys from transactions *S* does not see (their effect is not in the chunk; each
 //!    is a whole row image or a delete, so it may follow the chunk's row). A transaction that
@@ -37,8 +39,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use arrow_array::{Int8Array, RecordBatch};
-use floe_core::{OP_COLUMN, Op, Positions, SourceError};
+use arrow_array::RecordBatch;
+use floe_core::{Op, Positions, SourceError};
 
 use super::catalog::PgTable;
 use super::{BACKFILL, PostgresSource, TABLES, err};
@@ -46,7 +48,7 @@ use crate::copy::CopyTable;
 use crate::pgoutput::Tuple;
 
 /// Rows per chunk.
-pub(super) const CHUNK_ROWS: usize = 50_000;
+pub(super) const CHUNK_ROWS: usize = 200_000;
 
 /// The logical message prefix of the high watermarks.
 pub(super) const WATERMARK_PREFIX: &str = "floe.watermark";
@@ -229,24 +231,6 @@ fn key_compare(table: &PgTable, op: &str, values: &[String]) -> String {
     )
 }
 
-/// Adds the `+I` op column: the Iceberg table holds no key the copy has not reached.
-fn as_inserts(batch: RecordBatch) -> Result<RecordBatch, String> {
-    let ops = Int8Array::from(vec![Op::Insert.code(); batch.num_rows()]);
-    let mut fields: Vec<arrow_schema::FieldRef> = batch.schema().fields().iter().cloned().collect();
-    fields.push(std::sync::Arc::new(arrow_schema::Field::new(
-        OP_COLUMN,
-        arrow_schema::DataType::Int8,
-        false,
-    )));
-    let mut columns = batch.columns().to_vec();
-    columns.push(std::sync::Arc::new(ops));
-    RecordBatch::try_new(
-        std::sync::Arc::new(arrow_schema::Schema::new(fields)),
-        columns,
-    )
-    .map_err(|e| e.to_string())
-}
-
 impl PostgresSource {
     /// After a restart: which tables the job holds whole, which are being copied (and how far
     /// they got), and which are new to it — those are emptied and copied from the start.
@@ -268,6 +252,7 @@ impl PostgresSource {
             None => BTreeMap::new(),
         };
         self.backfills.clear();
+        self.backfills_handed.clear();
         for (index, name) in all.iter().enumerate() {
             if self.known.contains(name) {
                 continue;
@@ -657,10 +642,9 @@ impl PostgresSource {
         let mut copied = 0;
         self.ordered
             .extend(prior.into_iter().map(|b| (index, Some(b))));
+        // Copied rows are plain rows (no op column): keys the table does not hold yet.
         for batch in open.rows {
             copied += batch.num_rows() as u64;
-            let batch = as_inserts(batch)
-                .map_err(|e| SourceError::internal(format!("postgres: chunk of {name}: {e}")))?;
             self.ordered.push((index, Some(batch)));
         }
         // Then again what the chunk's snapshot does not see.
@@ -727,7 +711,38 @@ impl PostgresSource {
             .into_iter()
             .partition(|b| b.done);
         self.backfills = pending;
-        self.known.extend(done.into_iter().map(|b| b.table));
+        self.known.extend(done.iter().map(|b| b.table.clone()));
+        self.backfills_handed.extend(done);
+    }
+
+    /// Whether a table was copied whole and no commit holds it yet.
+    pub(super) fn backfill_awaits_commit(&self) -> bool {
+        !self.backfills_handed.is_empty() || self.backfills.iter().any(|b| b.done)
+    }
+
+    /// A commit landed: copies it holds whole are logged as committed (readers see the whole
+    /// table from here on).
+    pub(super) fn backfills_committed(&mut self, positions: &Positions) {
+        if self.backfills_handed.is_empty() {
+            return;
+        }
+        let whole: BTreeSet<String> = positions
+            .get(TABLES)
+            .and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or_default();
+        let (committed, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.backfills_handed)
+            .into_iter()
+            .partition(|b| whole.contains(&b.table));
+        self.backfills_handed = waiting;
+        for backfill in committed {
+            tracing::info!(
+                table = %backfill.table,
+                rows = backfill.rows,
+                chunks = backfill.chunks,
+                seconds = backfill.began.elapsed().as_secs_f64(),
+                "incremental snapshot committed"
+            );
+        }
     }
 
     /// The replication session broke: the stream is read again from the last take, so the

@@ -133,6 +133,8 @@ pub struct PostgresSource {
     known: BTreeSet<String>,
     /// Incremental snapshots to run, the first one in progress.
     backfills: Vec<backfill::Backfill>,
+    /// Incremental snapshots copied whole and handed over, until a commit holds them.
+    backfills_handed: Vec<backfill::Backfill>,
     /// The transaction being read (its id).
     xid: u32,
     /// Bumps when a table's columns change.
@@ -182,6 +184,7 @@ impl PostgresSource {
             truncated: Vec::new(),
             copied: Vec::new(),
             ordered: Vec::new(),
+            backfills_handed: Vec::new(),
             known: BTreeSet::new(),
             backfills: Vec::new(),
             xid: 0,
@@ -426,6 +429,8 @@ impl Reader for PostgresSource {
             Phase::Copying | Phase::CopyTaken => Barrier::NotNow,
             Phase::Copied => Barrier::Wanted,
             _ if self.in_transaction.is_some() || self.position < self.catch_up => Barrier::NotNow,
+            // A table copied whole is committed at once, not at the next interval.
+            _ if self.backfill_awaits_commit() => Barrier::Wanted,
             _ => Barrier::Allowed,
         }
     }
@@ -483,6 +488,7 @@ impl Reader for PostgresSource {
             table.committed_end = table.committed_end.max(lsn.as_u64());
         }
         self.acknowledged = self.acknowledged.max(lsn.as_u64());
+        self.backfills_committed(positions);
         if self.phase == Phase::CopyTaken {
             // The copy is committed: stream from its position.
             tracing::info!(

@@ -1,0 +1,426 @@
+//! The exchange end to end: the `floe` binary reading OTLP spans from a real Kafka topic
+//! (four partitions), re-keying them by service through an exchange topic of three
+//! partitions it creates, and landing both the raw spans and the exchanged stream, through a
+//! real floe-catalog. Each scenario is run
+//!
+//! 1. uninterrupted,
+//! 2. killed (-9) at random instants `FLOE_CHAOS_KILLS` times (default 20) while the input is
+//!    produced,
+//! 3. rescaled from one replica to three and then to two mid-stream,
+//!
+//! and then, read back by DuckDB, the exchanged table holds exactly the landed spans (`EXCEPT
+//! ALL` both ways empty, every generated span once) — so no row was lost or doubled across
+//! the exchange — and, read straight from the exchange topic, every service's rows went to one
+//! partition. The killed run must also have sent rows twice (replays after kills), which the
+//! reading side dropped: the dedup was exercised, not just possible.
+//!
+//! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use arrow_array::cast::AsArray;
+use floe_core::position_of;
+use floe_lake::rest::CatalogClient;
+use floe_otlp::generate::Generator;
+use rand::Rng;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+mod support;
+use support::{
+    anchor_writers, committed, kills, python, service, spawn_floe, start_catalog, temp_dir,
+    terminate,
+};
+
+const PARTITIONS: i32 = 4;
+const EXCHANGE_PARTITIONS: i32 = 3;
+const RECORDS: usize = 1200;
+const REQUESTS: usize = 4;
+const START_NS: u64 = 1_760_000_000_000_000_000;
+
+fn record(j: usize) -> (i32, Vec<u8>) {
+    let start = START_NS + j as u64 * 50_000_000;
+    let [traces, _logs] = Generator::new(j as u64, start).requests(REQUESTS);
+    ((j % PARTITIONS as usize) as i32, traces.bytes)
+}
+
+struct Scenario {
+    name: &'static str,
+    topic: String,
+    exchange_topic: String,
+    dir: PathBuf,
+    produced: usize,
+    ends: BTreeMap<i32, i64>,
+}
+
+struct Fixture {
+    dir: PathBuf,
+    brokers: String,
+    run_id: String,
+    catalog: floe_catalog::RunningCatalog,
+    client: CatalogClient,
+    producer: FutureProducer,
+    input: Vec<(i32, Vec<u8>)>,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        let brokers = service("FLOE_TEST_KAFKA_BROKERS");
+        service("FLOE_TEST_PYTHON");
+        let dir = temp_dir("exchange");
+        let (catalog, client) = start_catalog(&dir).await;
+        let producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap();
+        Self {
+            dir,
+            brokers,
+            run_id: uuid::Uuid::new_v4().simple().to_string()[..8].to_string(),
+            catalog,
+            client,
+            producer,
+            input: (0..RECORDS).map(record).collect(),
+        }
+    }
+
+    async fn scenario(&self, name: &'static str) -> Scenario {
+        let topic = format!("xin-{}-{name}", self.run_id);
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .create()
+            .unwrap();
+        let created = admin
+            .create_topics(
+                &[NewTopic::new(
+                    &topic,
+                    PARTITIONS,
+                    TopicReplication::Fixed(1),
+                )],
+                &AdminOptions::new(),
+            )
+            .await
+            .unwrap();
+        assert!(created.iter().all(|r| r.is_ok()), "{created:?}");
+        let dir = self.dir.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scenario {
+            name,
+            exchange_topic: format!("xout-{}-{name}", self.run_id),
+            topic,
+            dir,
+            produced: 0,
+            ends: BTreeMap::new(),
+        }
+    }
+
+    async fn produce(&self, s: &mut Scenario, upto: usize) {
+        for (partition, bytes) in &self.input[s.produced..upto.min(RECORDS)] {
+            let delivery = self
+                .producer
+                .send(
+                    FutureRecord::<(), [u8]>::to(&s.topic)
+                        .partition(*partition)
+                        .payload(bytes),
+                    Duration::from_secs(10),
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .unwrap();
+            let end = s.ends.entry(delivery.partition).or_insert(0);
+            *end = (*end).max(delivery.offset + 1);
+        }
+        s.produced = upto.min(RECORDS);
+    }
+
+    /// Waits until the committed positions reach the end of every input partition, and then
+    /// the end of every exchange partition (final by then: a checkpoint's exchange records
+    /// are in the topic before it commits).
+    async fn wait_caught_up(&self, s: &Scenario) {
+        let began = Instant::now();
+        let mut exchange_ends: Option<BTreeMap<i32, i64>> = None;
+        loop {
+            let positions = committed(&self.client, s.name, "xjob").await;
+            let input_done = s
+                .ends
+                .iter()
+                .all(|(p, end)| position_of(&positions, &s.topic, *p) == Some(*end));
+            if input_done && exchange_ends.is_none() {
+                exchange_ends = Some(self.high_watermarks(&s.exchange_topic));
+            }
+            if let Some(ends) = &exchange_ends
+                && ends.iter().all(|(p, end)| {
+                    *end == 0 || position_of(&positions, &s.exchange_topic, *p) == Some(*end)
+                })
+            {
+                return;
+            }
+            assert!(
+                began.elapsed() < Duration::from_secs(240),
+                "{}: the job did not catch up: {positions:?} vs {:?} / {exchange_ends:?}; log: {}",
+                s.name,
+                s.ends,
+                s.log().display()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    fn consumer(&self) -> BaseConsumer {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", format!("xcheck-{}", uuid::Uuid::new_v4()))
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap()
+    }
+
+    fn high_watermarks(&self, topic: &str) -> BTreeMap<i32, i64> {
+        let consumer = self.consumer();
+        (0..EXCHANGE_PARTITIONS)
+            .map(|p| {
+                let (_, high) = consumer
+                    .fetch_watermarks(topic, p, Duration::from_secs(10))
+                    .unwrap();
+                (p, high)
+            })
+            .collect()
+    }
+
+    /// Every row of the exchange topic: (partition, service) pairs, and the row count.
+    fn exchanged_rows(&self, topic: &str) -> (BTreeMap<String, BTreeSet<i32>>, usize) {
+        let ends = self.high_watermarks(topic);
+        let consumer = self.consumer();
+        let mut assignment = TopicPartitionList::new();
+        for p in 0..EXCHANGE_PARTITIONS {
+            assignment
+                .add_partition_offset(topic, p, Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&assignment).unwrap();
+        let mut services: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+        let mut rows = 0;
+        let mut read: BTreeMap<i32, i64> = BTreeMap::new();
+        let began = Instant::now();
+        while ends
+            .iter()
+            .any(|(p, end)| read.get(p).copied().unwrap_or(0) < *end)
+        {
+            assert!(began.elapsed() < Duration::from_secs(60), "reading {topic}");
+            let Some(message) = consumer.poll(Duration::from_millis(500)) else {
+                continue;
+            };
+            let message = message.unwrap();
+            read.insert(message.partition(), message.offset() + 1);
+            let key = std::str::from_utf8(message.key().unwrap()).unwrap();
+            assert!(key.contains('/'), "the key names a source partition: {key}");
+            let payload = message.payload().unwrap();
+            let reader =
+                arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(payload), None)
+                    .unwrap();
+            for batch in reader {
+                let batch = batch.unwrap();
+                rows += batch.num_rows();
+                let column = batch.column_by_name("service_name").unwrap();
+                let column = arrow_cast::cast(column, &arrow_schema::DataType::Utf8).unwrap();
+                for service in column.as_string::<i32>().iter().flatten() {
+                    services
+                        .entry(service.to_string())
+                        .or_default()
+                        .insert(message.partition());
+                }
+            }
+        }
+        (services, rows)
+    }
+
+    async fn location(&self, namespace: &str, table: &str) -> String {
+        let ident = iceberg::TableIdent::from_strs([namespace, table]).unwrap();
+        self.client
+            .load_table(&ident)
+            .await
+            .unwrap()
+            .metadata_location
+            .unwrap()
+    }
+
+    /// DuckDB: (spans landed, exchanged rows, spans not exchanged, exchanged rows not in the
+    /// spans), as multisets without the processing-time column.
+    async fn compare(&self, namespace: &str) -> [u64; 4] {
+        let spans = self.location(namespace, "otel_spans").await;
+        let exchanged = self.location(namespace, "by_service").await;
+        let a = format!("SELECT * EXCLUDE (ingested_at) FROM iceberg_scan('{spans}')");
+        let b = format!("SELECT * EXCLUDE (ingested_at) FROM iceberg_scan('{exchanged}')");
+        let out = python(&format!(
+            "import duckdb_offline\n\
+             con = duckdb_offline.connect()\n\
+             print(*con.sql(\"SELECT (SELECT count(*) FROM ({a})), (SELECT count(*) FROM ({b})), \
+             (SELECT count(*) FROM ({a} EXCEPT ALL {b})), (SELECT count(*) FROM ({b} EXCEPT ALL {a}))\").fetchone())\n"
+        ));
+        let cells: Vec<u64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
+        cells.try_into().unwrap()
+    }
+
+    /// The checks every scenario must pass; returns the rows the exchange topic holds.
+    async fn check(&self, s: &Scenario) -> usize {
+        let spans = (RECORDS * REQUESTS * 5) as u64;
+        let [landed, exchanged, missing, extra] = self.compare(s.name).await;
+        assert_eq!(landed, spans, "{}: every span landed once", s.name);
+        assert_eq!(
+            (exchanged, missing, extra),
+            (spans, 0, 0),
+            "{}: the exchanged table holds exactly the spans (log {})",
+            s.name,
+            s.log().display()
+        );
+        let (services, rows) = self.exchanged_rows(&s.exchange_topic);
+        assert!(services.len() >= 3, "{services:?}");
+        for (service, partitions) in &services {
+            assert_eq!(
+                partitions.len(),
+                1,
+                "{}: service {service} went to partitions {partitions:?}",
+                s.name
+            );
+        }
+        assert!(
+            rows >= spans as usize,
+            "{}: {rows} rows in the topic",
+            s.name
+        );
+        eprintln!(
+            "{}: {landed} spans, {rows} rows sent through the exchange, {} services in {} partitions",
+            s.name,
+            services.len(),
+            services.values().flatten().collect::<BTreeSet<_>>().len()
+        );
+        rows
+    }
+}
+
+impl Scenario {
+    fn job(&self, brokers: &str, catalog: &str, instance: usize) -> PathBuf {
+        let job = self.dir.join(format!("job-{instance}.toml"));
+        std::fs::write(
+            &job,
+            format!(
+                r#"version = 1
+name = "xjob"
+[source.kafka]
+brokers = "{brokers}"
+topics = ["{topic}"]
+group_id = "floe-{topic}"
+signals = {{ "{topic}" = "traces" }}
+[source.kafka.properties]
+"group.instance.id" = "{topic}-{instance}"
+"session.timeout.ms" = "6000"
+[catalog]
+uri = "{catalog}"
+namespace = "{namespace}"
+[checkpoint]
+interval = "500ms"
+state_dir = "{state}"
+
+[[operators]]
+id = "by_service"
+kind = "exchange"
+input = "spans"
+key = ["service_name"]
+partitions = {EXCHANGE_PARTITIONS}
+topic = "{exchange}"
+retention = "1d"
+"#,
+                topic = self.topic,
+                exchange = self.exchange_topic,
+                namespace = self.name,
+                state = self.dir.join(format!("state-{instance}")).display(),
+            ),
+        )
+        .unwrap();
+        job
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.join("floe.log")
+    }
+}
+
+fn kill(mut child: support::Floe) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
+async fn an_exchange_re_keys_every_row_exactly_once_through_kills_and_rescales() {
+    let f = Fixture::new().await;
+    let (brokers, uri) = (f.brokers.clone(), f.catalog.uri());
+    let spawn = |s: &Scenario, i: usize| spawn_floe(&s.job(&brokers, &uri, i), &s.log());
+
+    // Uninterrupted.
+    let mut s = f.scenario("uninterrupted").await;
+    f.produce(&mut s, RECORDS).await;
+    let child = spawn(&s, 0);
+    f.wait_caught_up(&s).await;
+    terminate(child);
+    f.check(&s).await;
+
+    // Killed -9 at random instants while the input is produced.
+    let mut s = f.scenario("killed").await;
+    let kills = kills();
+    let mut rng = rand::rng();
+    let mut child = spawn(&s, 0);
+    for round in 0..kills {
+        f.produce(&mut s, (round + 1) * RECORDS / (kills + 1)).await;
+        // Mostly while the round's records are being read, sent and committed.
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..2_500))).await;
+        kill(child);
+        child = spawn(&s, 0);
+    }
+    f.produce(&mut s, RECORDS).await;
+    f.wait_caught_up(&s).await;
+    terminate(child);
+    let writers = anchor_writers(&f.client, s.name).await;
+    assert!(writers > kills / 3, "only {writers} incarnations committed");
+    let sent = f.check(&s).await;
+    assert!(
+        sent > RECORDS * REQUESTS * 5,
+        "kills replayed rows into the exchange ({sent} sent), which the reading side dropped"
+    );
+
+    // Rescaled 1 → 3 → 2.
+    let mut s = f.scenario("rescaled").await;
+    let first = spawn(&s, 0);
+    f.produce(&mut s, RECORDS / 3).await;
+    let began = Instant::now();
+    while anchor_writers(&f.client, s.name).await < 1 {
+        assert!(began.elapsed() < Duration::from_secs(120), "no commit");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (second, third) = (spawn(&s, 1), spawn(&s, 2));
+    f.produce(&mut s, 2 * RECORDS / 3).await;
+    let began = Instant::now();
+    while anchor_writers(&f.client, s.name).await < 3 {
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "not all three replicas committed; log {}",
+            s.log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    terminate(third);
+    f.produce(&mut s, RECORDS).await;
+    f.wait_caught_up(&s).await;
+    terminate(first);
+    terminate(second);
+    f.check(&s).await;
+
+    f.catalog.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&f.dir);
+}
