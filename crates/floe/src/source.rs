@@ -120,3 +120,42 @@ pub(crate) fn table_names(job: &floe_runtime::JobConfig) -> HashMap<String, Stri
 pub(crate) fn debezium(job: &floe_runtime::JobConfig) -> DebeziumFormat {
     DebeziumFormat::new(table_names(job))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::RawSource;
+    use floe_runtime::JobConfig;
+
+    const HEAD: &str = "version = 1\nname = \"x\"\n[catalog]\nuri = \"http://127.0.0.1:1\"\n";
+
+    fn problems(source: &str, exchange: &str) -> String {
+        let text = format!(
+            "{HEAD}{source}\n[[operators]]\nid = \"by_service\"\nkind = \"exchange\"\ninput = \"spans\"\n{exchange}"
+        );
+        match JobConfig::from_toml::<RawSource>(None, &text) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    const KAFKA: &str = "[source.kafka]\ntopics = [\"otlp_spans\"]";
+
+    #[test]
+    fn an_exchange_is_checked_with_its_place() {
+        assert_eq!(problems(KAFKA, "key = [\"service_name\"]\n"), "");
+        let no_key = problems(KAFKA, "");
+        assert!(
+            no_key.contains(":9:8") && no_key.contains("needs `key`"),
+            "{no_key}"
+        );
+        let bad_key = problems(KAFKA, "key = [\"nope\"]\n");
+        assert!(bad_key.contains("no key column nope"), "{bad_key}");
+        let zero = problems(KAFKA, "key = [\"service_name\"]\npartitions = 0\n");
+        assert!(zero.contains("between 1 and 10000"), "{zero}");
+        let generator = problems(
+            "[source.generator]\nrequests_per_second = 10",
+            "key = [\"service_name\"]\n",
+        );
+        assert!(generator.contains("needs [source.kafka]"), "{generator}");
+    }
+}
