@@ -15,6 +15,9 @@ use std::pin::Pin;
 
 use crate::error::SourceError;
 
+/// A boxed future of an exchange's send.
+pub type Sending<'a> = Pin<Box<dyn Future<Output = Result<(), SourceError>> + Send + 'a>>;
+
 /// A boxed future of an exchange's flush.
 pub type Flushing<'a> = Pin<Box<dyn Future<Output = Result<u64, SourceError>> + Send + 'a>>;
 
@@ -27,7 +30,7 @@ pub trait ExchangeProducer: Send + Sync {
         partition: i32,
         key: &'a [u8],
         payload: &'a [u8],
-    ) -> Pin<Box<dyn Future<Output = Result<(), SourceError>> + Send + 'a>>;
+    ) -> Sending<'a>;
 
     /// Waits until every record sent so far is in the topic; returns how many were.
     fn flush(&self) -> Flushing<'_>;

@@ -12,7 +12,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use floe_core::exchange::Flushing;
+use floe_core::exchange::{Flushing, Sending};
 use floe_core::{ExchangeProducer, SourceError};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -149,7 +149,7 @@ impl ExchangeProducer for KafkaExchange {
         partition: i32,
         key: &'a [u8],
         payload: &'a [u8],
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), SourceError>> + Send + 'a>> {
+    ) -> Sending<'a> {
         Box::pin(async move {
             loop {
                 let record = FutureRecord::to(topic)

@@ -160,8 +160,6 @@ fn encode(batch: &RecordBatch) -> Result<Vec<u8>, String> {
 pub struct Outbound {
     producer: Arc<dyn ExchangeProducer>,
     exchanges: HashMap<String, Exchange>,
-    /// Records sent since the last flush.
-    sent: u64,
 }
 
 impl std::fmt::Debug for Outbound {
@@ -178,7 +176,6 @@ impl Outbound {
         Self {
             producer,
             exchanges: exchanges.into_iter().map(|x| (x.id.clone(), x)).collect(),
-            sent: 0,
         }
     }
 
@@ -224,7 +221,7 @@ impl Outbound {
 
     /// Sends the records of exchange `id`.
     pub(crate) async fn send(
-        &mut self,
+        &self,
         id: &str,
         records: Vec<(i32, String, Vec<u8>)>,
     ) -> Result<(), SourceError> {
@@ -234,19 +231,16 @@ impl Outbound {
                 .send(topic, *partition, key.as_bytes(), payload)
                 .await?;
         }
-        self.sent += records.len() as u64;
         Ok(())
     }
 
     /// Waits until every record sent is in its topic (before the checkpoint commits).
-    pub(crate) async fn flush(&mut self) -> Result<u64, SourceError> {
-        self.sent = 0;
+    pub(crate) async fn flush(&self) -> Result<u64, SourceError> {
         self.producer.flush().await
     }
 
     /// The checkpoint was dropped: its records are no longer waited for.
-    pub(crate) fn forget(&mut self) {
-        self.sent = 0;
+    pub(crate) fn forget(&self) {
         self.producer.forget();
     }
 }
@@ -515,7 +509,7 @@ mod tests {
             _: i32,
             _: &'a [u8],
             _: &'a [u8],
-        ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), SourceError>> + Send + 'a>> {
+        ) -> floe_core::exchange::Sending<'a> {
             Box::pin(async { Ok(()) })
         }
         fn flush(&self) -> floe_core::exchange::Flushing<'_> {

@@ -278,7 +278,7 @@ impl<R: Reader> Job<R> {
         if routed.exchanged.is_empty() {
             return Ok(());
         }
-        let Some(outbound) = self.outbound.as_mut() else {
+        let Some(outbound) = self.outbound.as_ref() else {
             return Err(LakeError::new(
                 ErrorKind::Invalid,
                 "the pipeline has an exchange but the job no exchange producer",
@@ -777,7 +777,7 @@ impl<R: Reader> Job<R> {
         self.reader.take(&mut dropped);
         let _ = self.dead_letters.take();
         self.sinks.abort().await;
-        if let Some(outbound) = self.outbound.as_mut() {
+        if let Some(outbound) = &self.outbound {
             outbound.forget();
         }
         // The operators' state goes back to the committed one when the partitions are
@@ -821,7 +821,7 @@ impl<R: Reader> Job<R> {
         self.sinks.write(inputs).await?;
         let closings = self.sinks.close().await?;
         // The checkpoint's exchange records are in their topics before it commits.
-        if let Some(outbound) = self.outbound.as_mut() {
+        if let Some(outbound) = &self.outbound {
             let landed = outbound.flush().await.map_err(source_error)?;
             self.metrics.exchange_records.inc_by(landed);
         }

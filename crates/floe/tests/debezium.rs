@@ -21,8 +21,6 @@ use floe_lake::marker::newest_marker;
 use iceberg::TableIdent;
 use rand::Rng;
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{Value, json};
 
@@ -113,23 +111,6 @@ async fn send_to(
         .map_err(|(e, _)| e)
         .unwrap()
         .offset
-}
-
-async fn create_topic(brokers: &str, topic: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .unwrap();
-    for result in admin
-        .create_topics(
-            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap()
-    {
-        result.unwrap();
-    }
 }
 
 /// A job file for `topics`, for replica `replica`; static group membership lets a restarted
@@ -267,8 +248,8 @@ async fn debezium_topics_become_upserted_tables() {
     let (dir, client, producer) = (&f.dir, &f.client, &f.producer);
     let customers = format!("{}.public.customers", f.prefix);
     let orders = format!("{}.inventory.orders", f.prefix);
-    create_topic(&f.brokers, &customers, 1).await;
-    create_topic(&f.brokers, &orders, 1).await;
+    support::create_topic(&f.brokers, &customers, 1).await;
+    support::create_topic(&f.brokers, &orders, 1).await;
 
     // 12.50 = "BOI=", 3.00 = "ASw=", 99.99 = "Jw8=".
     let (b1250, b300, b9999) = ("BOI=", "ASw=", "Jw8=");
@@ -455,7 +436,7 @@ async fn debezium_upserts_land_exactly_once_through_kill_9() {
     let f = Fixture::new("debezium-chaos").await;
     let (dir, client, producer) = (&f.dir, &f.client, &f.producer);
     let topic = format!("{}.public.kv", f.prefix);
-    create_topic(&f.brokers, &topic, 3).await;
+    support::create_topic(&f.brokers, &topic, 3).await;
     let job = f.job(&[&topic]);
     let log = dir.join("floe.log");
 
@@ -572,7 +553,7 @@ async fn debezium_replicas_never_rewind_positions_or_rows() {
     let (client, producer) = (&f.client, &f.producer);
     const PARTITIONS: i64 = 6;
     let topic = format!("{}.public.kv", f.prefix);
-    create_topic(&f.brokers, &topic, PARTITIONS as i32).await;
+    support::create_topic(&f.brokers, &topic, PARTITIONS as i32).await;
     let log = f.dir.join("floe.log");
     let jobs: Vec<_> = (0..3).map(|r| f.replica_job(&[&topic], r)).collect();
 

@@ -36,9 +36,6 @@ use floe_core::position_of;
 use floe_lake::rest::CatalogClient;
 use floe_otlp::generate::Generator;
 use rand::{Rng, SeedableRng};
-use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 mod support;
@@ -151,11 +148,7 @@ impl Fixture {
         service("FLOE_TEST_PYTHON");
         let dir = temp_dir("windows");
         let (catalog, client) = start_catalog(&dir).await;
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("linger.ms", "5")
-            .create()
-            .unwrap();
+        let producer = support::producer(&brokers);
         Self {
             dir,
             brokers,
@@ -169,22 +162,7 @@ impl Fixture {
 
     async fn scenario(&self, name: &'static str) -> Scenario {
         let topic = format!("win-{}-{name}", self.run_id);
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", &self.brokers)
-            .create()
-            .unwrap();
-        let created = admin
-            .create_topics(
-                &[NewTopic::new(
-                    &topic,
-                    PARTITIONS,
-                    TopicReplication::Fixed(1),
-                )],
-                &AdminOptions::new(),
-            )
-            .await
-            .unwrap();
-        assert!(created.iter().all(|r| r.is_ok()), "{created:?}");
+        support::create_topic(&self.brokers, &topic, PARTITIONS).await;
         let dir = self.dir.join(name);
         std::fs::create_dir_all(&dir).unwrap();
         Scenario {

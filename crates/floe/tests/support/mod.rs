@@ -390,3 +390,31 @@ impl OtlpKafkaJob<'_> {
         path.to_path_buf()
     }
 }
+
+/// Creates Kafka topic `topic` with `partitions` partitions (one replica).
+pub(crate) async fn create_topic(brokers: &str, topic: &str, partitions: i32) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    for result in admin
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap()
+    {
+        result.unwrap();
+    }
+}
+
+/// The tests' Kafka producer of input records (5 ms linger).
+pub(crate) fn producer(brokers: &str) -> rdkafka::producer::FutureProducer {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "5")
+        .create()
+        .unwrap()
+}
