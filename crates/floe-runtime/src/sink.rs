@@ -203,7 +203,7 @@ impl Sink {
         let key_refs: Vec<&str> = key.iter().map(String::as_str).collect();
         let (_, delete_input) = equality_delete_input(&self.table, &key_refs)?;
         let delete_schema = arrow_schema(&delete_input)?;
-        let collapsed = upsert.finish(&self.arrow, &delete_schema)?;
+        let collapsed = upsert.finish(&self.arrow, &delete_schema, !data_files.is_empty())?;
         let (table, options) = (self.table.clone(), self.options.clone());
         Ok(Closing::Encoding(tokio::spawn(async move {
             let mut output = SinkOutput {

@@ -274,11 +274,15 @@ impl UpsertBuffer {
     }
 
     /// The collapsed changes in `table`'s columns (by name), and the key columns of the
-    /// deletes in `delete_schema`; the buffer is empty afterwards.
+    /// deletes in `delete_schema`; the buffer is empty afterwards. After a truncate no key
+    /// exists in older data — unless `rows_beside` (rows written past the buffer since the
+    /// truncate, such as a snapshot's copied rows, committed a snapshot before these changes):
+    /// then a changed key is deleted from them as from any older data.
     pub(crate) fn finish(
         &mut self,
         table: &SchemaRef,
         delete_schema: &SchemaRef,
+        rows_beside: bool,
     ) -> LakeResult<Collapsed> {
         let truncate = std::mem::take(&mut self.truncated);
         let batches = std::mem::take(&mut self.batches);
@@ -286,7 +290,7 @@ impl UpsertBuffer {
         let deletes_at: Vec<(usize, usize)> = self
             .entries
             .iter()
-            .filter(|e| e.existed && !truncate)
+            .filter(|e| e.existed && (!truncate || rows_beside))
             .map(|e| e.key_at)
             .collect();
         self.clear();
@@ -435,7 +439,7 @@ mod tests {
         ]))
         .unwrap();
         let (t, d) = table();
-        let c = b.finish(&t, &d).unwrap();
+        let c = b.finish(&t, &d, false).unwrap();
         assert!(!c.truncate);
         assert_eq!(ids(&c.deletes), vec![2, 3, 4]);
         assert_eq!(ids(&c.rows), vec![1, 2, 5]);
@@ -458,7 +462,7 @@ mod tests {
         ]))
         .unwrap();
         let (t, d) = table();
-        let c = b.finish(&t, &d).unwrap();
+        let c = b.finish(&t, &d, false).unwrap();
         assert!(c.deletes.is_none(), "every key was new to the checkpoint");
         // 51..150 survive untouched in a row: a slice of the received batch, not a copy.
         assert_eq!(c.rows.len(), 2);
@@ -487,7 +491,7 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("REPLICA IDENTITY FULL"), "{err}");
         let (t, d) = table();
-        let rows = b.finish(&t, &d).unwrap().rows.remove(0);
+        let rows = b.finish(&t, &d, false).unwrap().rows.remove(0);
         assert_eq!(rows.column(1).as_string::<i32>().value(0), "big");
     }
 
@@ -498,9 +502,28 @@ mod tests {
         b.truncate();
         b.apply(&changes(&[(U, 2, Some("x"), None)])).unwrap();
         let (t, d) = table();
-        let c = b.finish(&t, &d).unwrap();
+        let c = b.finish(&t, &d, false).unwrap();
         assert!(c.truncate);
         assert!(c.deletes.is_none());
         assert_eq!(ids(&c.rows), vec![2]);
+    }
+
+    #[test]
+    fn after_a_truncate_changes_still_delete_the_rows_copied_beside_the_buffer() {
+        // Rows copied since the truncate went to files of their own, committed a snapshot
+        // before these changes: an update or a delete of one of their keys must reach them.
+        let mut b = UpsertBuffer::new(vec!["id".into()]);
+        b.truncate();
+        b.apply(&changes(&[
+            (U, 2, Some("x"), None),
+            (D, 3, None, None),
+            (I, 4, Some("new"), None),
+        ]))
+        .unwrap();
+        let (t, d) = table();
+        let c = b.finish(&t, &d, true).unwrap();
+        assert!(c.truncate);
+        assert_eq!(ids(&c.deletes), vec![2, 3], "not 4: an insert is a new key");
+        assert_eq!(ids(&c.rows), vec![2, 4]);
     }
 }

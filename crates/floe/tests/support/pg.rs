@@ -243,14 +243,21 @@ pub(crate) async fn compare_as(
         .await
         .into_iter()
         .map(|(table, rows, missing, unexpected, iceberg_rows)| {
-            assert_eq!(rows, iceberg_rows, "{table}: same number of rows");
+            assert_eq!(
+                rows,
+                iceberg_rows,
+                "{table}: same number of rows ({missing} missing, {unexpected} unexpected; \
+                 samples in {})",
+                dir.join(format!("{table}.diff")).display()
+            );
             (table, rows, missing, unexpected)
         })
         .collect()
 }
 
 /// Per table: rows in Postgres, rows missing from Iceberg, rows only in Iceberg, rows in
-/// Iceberg — without asserting anything (a test that expects a difference).
+/// Iceberg — without asserting anything (a test that expects a difference). Up to 50 rows of
+/// each difference are written to `dir/<table>.diff`.
 pub(crate) async fn differences(
     db: &Database,
     client: &CatalogClient,
@@ -270,9 +277,12 @@ pub(crate) async fn differences(
              columns={{'r': 'VARCHAR'}}, delim='\\x01', quote='', escape='')\")\n\
              con.sql(\"CREATE OR REPLACE TABLE ice AS SELECT {} AS r FROM iceberg_scan('{location}')\")\n\
              print('{table}', one('SELECT count(*) FROM pg'), one('SELECT count(*) FROM (SELECT r FROM pg EXCEPT ALL SELECT r FROM ice)'), \
-             one('SELECT count(*) FROM (SELECT r FROM ice EXCEPT ALL SELECT r FROM pg)'), one('SELECT count(*) FROM ice'))\n",
+             one('SELECT count(*) FROM (SELECT r FROM ice EXCEPT ALL SELECT r FROM pg)'), one('SELECT count(*) FROM ice'))\n\
+             con.sql(\"COPY (SELECT * FROM (SELECT 'missing' AS side, r FROM (SELECT r FROM pg EXCEPT ALL SELECT r FROM ice) LIMIT 50) \
+             UNION ALL SELECT * FROM (SELECT 'unexpected', r FROM (SELECT r FROM ice EXCEPT ALL SELECT r FROM pg) LIMIT 50)) TO '{}' (HEADER false)\")\n",
             file.display(),
-            canonical(table.rsplit('.').next().unwrap_or(table), true).replace('"', "\\\"")
+            canonical(table.rsplit('.').next().unwrap_or(table), true).replace('"', "\\\""),
+            dir.join(format!("{table}.diff")).display(),
         ));
     }
     python(&script)
