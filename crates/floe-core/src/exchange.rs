@@ -9,6 +9,16 @@
 //!   in the topic, or with the first failure; the runtime commits a checkpoint only after it;
 //! * records of a checkpoint that is dropped may still land: the reading side drops what it
 //!   has already taken, by the source lineage each row carries.
+//!
+//! **Event time across an exchange.** An exchange partition interleaves rows of many source
+//! partitions in an order that depends on timing, so its own largest event time would make
+//! a downstream window's lateness depend on timing too. Instead every row carries its source
+//! partition's clock — the largest event time of that source partition before the row
+//! ([`SOURCE_CLOCK_COLUMN`]), a pure function of the source's records — and at every
+//! checkpoint each source partition's clock goes to every exchange partition as a clock
+//! record ([`encode_clock`]). The reading side's clock of an exchange partition is the
+//! smallest clock of all partitions of the source topics; a window reading the exchange
+//! fires by it and judges a row late by the row's own source clock.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -37,4 +47,62 @@ pub trait ExchangeProducer: Send + Sync {
 
     /// Stops waiting for records sent so far (their checkpoint was dropped).
     fn forget(&self);
+}
+
+/// The column of exchanged rows that holds the source partition's clock before the row
+/// (largest event time, µs; null before the source's first timed row).
+pub const SOURCE_CLOCK_COLUMN: &str = "__source_clock";
+
+/// The property of a stream read back from an exchange, and of the streams filtered or
+/// selected from it (its value: the exchange's id). It is also set on their tables.
+pub const EXCHANGED_FROM: &str = "floe.exchanged-from";
+
+/// Whether `stream`'s rows were read back from an exchange.
+pub fn is_exchanged(stream: &crate::StreamSpec) -> bool {
+    stream.properties.iter().any(|(k, _)| k == EXCHANGED_FROM)
+}
+
+/// The [`EXCHANGED_FROM`] property of `stream`, for a stream derived from it row by row.
+pub fn exchanged_property(stream: &crate::StreamSpec) -> Vec<(String, String)> {
+    stream
+        .properties
+        .iter()
+        .filter(|(k, _)| k == EXCHANGED_FROM)
+        .cloned()
+        .collect()
+}
+
+/// What opens a clock record (never the start of an Arrow IPC stream, which opens with
+/// `0xFFFFFFFF`).
+const CLOCK_MAGIC: &[u8; 8] = b"floeclk1";
+
+/// A clock record: a source partition passed `max_time` (µs); its topic has
+/// `source_partitions` partitions, every one of which the reading side waits for.
+pub fn encode_clock(max_time: i64, source_partitions: i32) -> Vec<u8> {
+    let mut out = CLOCK_MAGIC.to_vec();
+    out.extend_from_slice(&max_time.to_le_bytes());
+    out.extend_from_slice(&source_partitions.to_le_bytes());
+    out
+}
+
+/// `Some((max_time, source_partitions))` when `payload` is a clock record.
+pub fn decode_clock(payload: &[u8]) -> Option<(i64, i32)> {
+    let rest = payload.strip_prefix(CLOCK_MAGIC.as_slice())?;
+    let time = i64::from_le_bytes(rest.get(..8)?.try_into().ok()?);
+    let partitions = i32::from_le_bytes(rest.get(8..12)?.try_into().ok()?);
+    Some((time, partitions))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clock_record_round_trips_and_rows_are_not_clocks() {
+        let record = encode_clock(1_700_000_000_123_456, 4);
+        assert_eq!(decode_clock(&record), Some((1_700_000_000_123_456, 4)));
+        assert_eq!(decode_clock(&record[..15]), None);
+        // An Arrow IPC stream opens with the continuation marker.
+        assert_eq!(decode_clock(&[0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]), None);
+    }
 }

@@ -72,6 +72,13 @@ pub trait Format: Send {
     /// appended since).
     fn seek(&mut self, _positions: &Positions) {}
 
+    /// Event-time clocks that moved since the last call: `(stream, topic, partition, max
+    /// event time µs)` — a stream read back from an exchange advances with its sources'
+    /// clocks, not with its rows (see `floe_core::exchange`).
+    fn take_clocks(&mut self) -> Vec<(usize, std::sync::Arc<str>, i32, i64)> {
+        Vec::new()
+    }
+
     /// The format's own gauges (e.g. counts of what it repaired while decoding), published
     /// with the source's as `floe_source_status{measure}`.
     fn status(&self) -> Vec<(&'static str, i64)> {

@@ -34,6 +34,16 @@ pub enum ReadItem {
     Rows(StreamBatch),
     /// The stream (a table) was emptied: rows of it taken before are dropped.
     Truncate(usize),
+    /// The event-time clock of a partition of a stream moved (µs, the largest event time
+    /// every source of the partition has passed): a stream read back from an exchange.
+    Clock {
+        /// The stream.
+        stream: usize,
+        /// The partition.
+        partition: u32,
+        /// The clock.
+        max_time: i64,
+    },
 }
 
 /// A record the reader could not turn into rows.

@@ -79,20 +79,7 @@ pub async fn ensure_topic(settings: &KafkaSettings, spec: &TopicSpec) -> Result<
         }
     }
     // The topic as the brokers have it now.
-    let name = spec.name.clone();
-    let metadata = tokio::task::spawn_blocking(move || {
-        admin
-            .inner()
-            .fetch_metadata(Some(&name), Duration::from_secs(10))
-    })
-    .await
-    .map_err(|e| SourceError::internal(e.to_string()))?
-    .map_err(|e| SourceError::external(format!("cannot read topic {}: {e}", spec.name)))?;
-    let found = metadata
-        .topics()
-        .iter()
-        .find(|t| t.name() == spec.name)
-        .map_or(0, |t| t.partitions().len() as i32);
+    let found = partitions_of(admin, &spec.name).await?;
     if found != spec.partitions {
         return Err(SourceError::user(format!(
             "exchange topic {} has {found} partitions, the job file says {}: a partition count \
@@ -102,6 +89,34 @@ pub async fn ensure_topic(settings: &KafkaSettings, spec: &TopicSpec) -> Result<
         )));
     }
     Ok(())
+}
+
+/// How many partitions `topic` has now (0: none, or no such topic).
+pub async fn topic_partitions(settings: &KafkaSettings, topic: &str) -> Result<i32, SourceError> {
+    let admin: AdminClient<DefaultClientContext> = client_config(settings)
+        .create()
+        .map_err(|e| SourceError::user(format!("cannot create a Kafka admin client: {e}")))?;
+    partitions_of(admin, topic).await
+}
+
+async fn partitions_of(
+    admin: AdminClient<DefaultClientContext>,
+    topic: &str,
+) -> Result<i32, SourceError> {
+    let name = topic.to_string();
+    let metadata = tokio::task::spawn_blocking(move || {
+        admin
+            .inner()
+            .fetch_metadata(Some(&name), Duration::from_secs(10))
+    })
+    .await
+    .map_err(|e| SourceError::internal(e.to_string()))?
+    .map_err(|e| SourceError::external(format!("cannot read topic {topic}: {e}")))?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .map_or(0, |t| t.partitions().len() as i32))
 }
 
 /// The Kafka producer of a job's exchanges.

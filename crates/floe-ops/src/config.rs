@@ -681,7 +681,10 @@ pub fn exchange_output(op: &OperatorConfig, input: &StreamSpec) -> Result<Stream
     Ok(StreamSpec {
         table: name.clone(),
         name,
-        properties: Vec::new(),
+        properties: vec![(
+            floe_core::exchange::EXCHANGED_FROM.to_string(),
+            op.id.clone(),
+        )],
         ..input.clone()
     })
 }

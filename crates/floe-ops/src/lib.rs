@@ -238,6 +238,18 @@ pub trait Operator: Send {
         Ok(())
     }
 
+    /// The event-time clock of `partition` of an exchanged input reached `max_time` (µs, the
+    /// largest event time all its sources passed, before out-of-orderness); see
+    /// `floe_core::exchange`.
+    fn on_event_clock(
+        &mut self,
+        _partition: u32,
+        _max_time: i64,
+        _ctx: &mut Context<'_>,
+    ) -> OpResult<()> {
+        Ok(())
+    }
+
     /// Processing time passed (`now_ms`, Unix ms): processing-time timers and idleness.
     fn on_tick(&mut self, _now_ms: i64, _ctx: &mut Context<'_>) -> OpResult<()> {
         Ok(())

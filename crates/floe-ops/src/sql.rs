@@ -190,7 +190,7 @@ impl Sql {
             partition,
             bloom_filter_columns: input.bloom_filter_columns.clone(),
             plain_columns: input.plain_columns.clone(),
-            properties: Vec::new(),
+            properties: floe_core::exchange::exchanged_property(input),
         }];
         Ok(Self {
             id: id.to_string(),

@@ -19,6 +19,15 @@
 //! late only if it is past
 //! `end + allowed_lateness`. A row whose time or key is null is refused (a dead letter).
 //!
+//! **Behind an exchange** (`floe_core::exchange`) a partition's rows come from many source
+//! partitions, interleaved by timing. There the clock is not the rows' largest event time
+//! but the exchange's clock of the partition (the smallest clock of its sources, handed over
+//! by [`Operator::on_event_clock`]), and a row is late by its own source's clock
+//! ([`SOURCE_CLOCK_COLUMN`], minus `out_of_orderness`) or the partition's watermark,
+//! whichever is later. The source clock of a row is never behind the partition's clock, so
+//! what is late depends only on each source's rows — the same in every run — and no window
+//! is closed while a source may still add to it. `idle_after` does not apply there.
+//!
 //! **Idleness.** With `idle_after`, a partition that received nothing for that long (processing
 //! time) stops holding the clock: its watermark moves up to the smallest watermark of the
 //! partitions still active, so its windows fire. This is the only processing-time input of the
@@ -33,9 +42,11 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
 
+use arrow_array::Array;
 use arrow_array::builder::{Int8Builder, StringBuilder, TimestampMicrosecondBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use floe_core::exchange::SOURCE_CLOCK_COLUMN;
 use floe_core::rollup::{MergeRule, RollupPlan};
 use floe_core::{OP_COLUMN, Op, StreamBatch, StreamSpec};
 
@@ -182,6 +193,8 @@ pub struct Window {
     input: SchemaRef,
     parts: HashMap<u32, Part>,
     late_rows: u64,
+    /// The input is read back from an exchange: the clock comes from it.
+    exchanged: bool,
 }
 
 impl std::fmt::Debug for Window {
@@ -214,6 +227,33 @@ fn rollup_plan(spec: &WindowSpec, bound: &[Bound]) -> RollupPlan {
 
 fn timestamp() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
+}
+
+/// The unit of an event-time column: a timestamp's, or µs for a long.
+fn time_unit_of(column: &str, ty: &DataType) -> Result<TimeUnit, String> {
+    match ty {
+        DataType::Timestamp(unit, _) => Ok(*unit),
+        DataType::Int64 => Ok(TimeUnit::Microsecond),
+        other => Err(format!("time column {column} is {other}, not a timestamp")),
+    }
+}
+
+/// The event time (µs) of every row of `batch` by its column `column` (a timestamp, or a
+/// long of µs); `None` for a null.
+pub fn event_times(batch: &RecordBatch, column: &str) -> Result<Vec<Option<i64>>, String> {
+    let values = batch
+        .column_by_name(column)
+        .ok_or_else(|| format!("no time column {column}"))?;
+    let unit = time_unit_of(column, values.data_type())?;
+    Ok((0..batch.num_rows())
+        .map(|r| integer_at(values.as_ref(), r).map(|v| micros(unit, v)))
+        .collect())
+}
+
+/// The source clocks exchanged rows carry, if `rows` have them.
+fn source_clocks(rows: &RecordBatch) -> Option<&arrow_array::Int64Array> {
+    rows.column_by_name(SOURCE_CLOCK_COLUMN)
+        .and_then(|c| c.as_any().downcast_ref::<arrow_array::Int64Array>())
 }
 
 fn micros(unit: TimeUnit, v: i64) -> i64 {
@@ -289,16 +329,7 @@ impl Window {
         let (time_index, time_field) = arrow
             .column_with_name(&spec.time_column)
             .ok_or_else(|| format!("stream {} has no column {}", input.name, spec.time_column))?;
-        let time_unit = match time_field.data_type() {
-            DataType::Timestamp(unit, _) => *unit,
-            DataType::Int64 => TimeUnit::Microsecond,
-            other => {
-                return Err(format!(
-                    "time column {} is {other}, not a timestamp",
-                    spec.time_column
-                ));
-            }
-        };
+        let time_unit = time_unit_of(&spec.time_column, time_field.data_type())?;
         let mut key_indices = Vec::new();
         let mut key_types = Vec::new();
         let mut key_fields = Vec::new();
@@ -394,6 +425,7 @@ impl Window {
             input: arrow,
             parts: HashMap::new(),
             late_rows: 0,
+            exchanged: floe_core::exchange::is_exchanged(input),
             spec,
         })
     }
@@ -568,9 +600,12 @@ impl Window {
         self.late_rows += late.len() as u64;
         let indices =
             arrow_array::UInt32Array::from(late.iter().map(|(r, _)| *r as u32).collect::<Vec<_>>());
+        // The input's columns (not what an exchange adds to them), then why.
+        let width = self.input.fields().len();
         let mut columns: Vec<ArrayRef> = rows
             .columns()
             .iter()
+            .take(width)
             .map(|c| arrow_select::take::take(c.as_ref(), &indices, None))
             .collect::<Result<_, _>>()
             .map_err(|e| self.invalid(e.to_string()))?;
@@ -589,6 +624,7 @@ impl Window {
             .schema()
             .fields()
             .iter()
+            .take(width)
             .map(|f| f.as_ref().clone())
             .chain(
                 self.late
@@ -736,8 +772,41 @@ impl Window {
             .unwrap_or(i64::MAX)
     }
 
+    /// The watermark row `row` of partition `p` meets: the partition's, or, behind an
+    /// exchange, its source's clock if that is later.
+    fn row_watermark(
+        &mut self,
+        p: u32,
+        clocks: Option<&arrow_array::Int64Array>,
+        row: usize,
+    ) -> i64 {
+        let ooo = self.spec.out_of_orderness;
+        let wm = self.parts.entry(p).or_default().watermark(ooo);
+        match clocks {
+            Some(c) if c.is_valid(row) => wm.max(c.value(row).saturating_sub(ooo)),
+            _ => wm,
+        }
+    }
+
+    /// Behind an exchange, rows must carry their source clocks.
+    fn clocks_of<'a>(
+        &self,
+        rows: &'a RecordBatch,
+    ) -> OpResult<Option<&'a arrow_array::Int64Array>> {
+        if !self.exchanged {
+            return Ok(None);
+        }
+        source_clocks(rows).map(Some).ok_or_else(|| {
+            self.invalid(format!(
+                "rows read back from an exchange without {SOURCE_CLOCK_COLUMN}: a window \
+                 behind an exchange reads its output (or a filter of it) directly"
+            ))
+        })
+    }
+
     fn fixed_rows(&mut self, ctx: &mut Context<'_>, p: u32, rows: &RecordBatch) -> OpResult<()> {
         let (times, keys) = self.times_and_keys(rows);
+        let clocks = self.clocks_of(rows)?;
         let ooo = self.spec.out_of_orderness;
         let lateness = self.spec.allowed_lateness;
         let mut segment: Segment = Vec::new();
@@ -749,7 +818,7 @@ impl Window {
                 self.refuse_row(ctx, p, rows, row, times[row]);
                 continue;
             };
-            let wm = self.parts.entry(p).or_default().watermark(ooo);
+            let wm = self.row_watermark(p, clocks, row);
             let windows = self.assign(t);
             let last_end = windows.last().map_or(i64::MIN, |w| w.1);
             if last_end.saturating_add(lateness) <= wm {
@@ -783,6 +852,9 @@ impl Window {
                 for (b, acc) in self.bound.iter().zip(segment[slot].1.iter_mut()) {
                     b.add(acc, rows.columns(), row);
                 }
+            }
+            if clocks.is_some() {
+                continue; // the exchange moves the clock
             }
             let part = self.parts.entry(p).or_default();
             part.max_time = Some(part.max_time.map_or(t, |m| m.max(t)));
@@ -875,17 +947,12 @@ impl Window {
         ctx: &mut Context<'_>,
         p: u32,
         (key, t): (&[u8], i64),
-        (rows, row): (&RecordBatch, usize),
+        (rows, row, wm): (&RecordBatch, usize, i64),
         produced: &mut Produced,
     ) -> OpResult<()> {
         let WindowKind::Session { gap } = self.spec.kind else {
             return Ok(());
         };
-        let wm = self
-            .parts
-            .entry(p)
-            .or_default()
-            .watermark(self.spec.out_of_orderness);
         let mut sessions = self.load_sessions(ctx, p, key)?;
         let mut merged = Session {
             start: t,
@@ -999,6 +1066,7 @@ impl Window {
 
     fn session_rows(&mut self, ctx: &mut Context<'_>, p: u32, rows: &RecordBatch) -> OpResult<()> {
         let (times, keys) = self.times_and_keys(rows);
+        let clocks = self.clocks_of(rows)?;
         let ooo = self.spec.out_of_orderness;
         let mut produced = Produced::default();
         for row in 0..rows.num_rows() {
@@ -1006,7 +1074,11 @@ impl Window {
                 self.refuse_row(ctx, p, rows, row, times[row]);
                 continue;
             };
-            self.session_row(ctx, p, (key, t), (rows, row), &mut produced)?;
+            let wm = self.row_watermark(p, clocks, row);
+            self.session_row(ctx, p, (key, t), (rows, row, wm), &mut produced)?;
+            if clocks.is_some() {
+                continue; // the exchange moves the clock
+            }
             let part = self.parts.entry(p).or_default();
             part.max_time = Some(part.max_time.map_or(t, |m| m.max(t)));
             let wm = part.watermark(ooo);
@@ -1076,10 +1148,23 @@ impl Operator for Window {
         self.advance(ctx, partition)
     }
 
+    fn on_event_clock(
+        &mut self,
+        partition: u32,
+        max_time: i64,
+        ctx: &mut Context<'_>,
+    ) -> OpResult<()> {
+        let watermark = max_time.saturating_sub(self.spec.out_of_orderness);
+        self.on_watermark(partition, watermark, ctx)
+    }
+
     fn on_tick(&mut self, _now_ms: i64, ctx: &mut Context<'_>) -> OpResult<()> {
         let Some(idle_after) = self.spec.idle_after else {
             return Ok(());
         };
+        if self.exchanged {
+            return Ok(()); // behind an exchange the clock waits for every source
+        }
         let ooo = self.spec.out_of_orderness;
         let idle = |part: &Part| part.last_rows.is_none_or(|t| t.elapsed() >= idle_after);
         let active = self
@@ -1359,6 +1444,111 @@ mod tests {
             (Some("b"), Some(4)),  // later than the lateness: the late output
             (Some("a"), Some(25)), // W = 23: window [10, 20) fires
         ]
+    }
+
+    /// Rows of key `k` read back from an exchange: (time s, the source clock before it s).
+    fn clocked(rows: &[(i64, Option<i64>)]) -> StreamBatch {
+        let plain = batch(
+            &rows
+                .iter()
+                .map(|r| (Some("k"), Some(r.0)))
+                .collect::<Vec<_>>(),
+            0,
+        );
+        let clocks: ArrayRef = Arc::new(arrow_array::Int64Array::from(
+            rows.iter().map(|r| r.1.map(|c| c * S)).collect::<Vec<_>>(),
+        ));
+        let mut columns = plain.batch.columns().to_vec();
+        columns.push(clocks);
+        let mut fields: Vec<arrow_schema::FieldRef> = plain.batch.schema().fields().to_vec();
+        fields.push(Arc::new(Field::new(
+            SOURCE_CLOCK_COLUMN,
+            DataType::Int64,
+            true,
+        )));
+        StreamBatch {
+            batch: RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap(),
+            ..plain
+        }
+    }
+
+    /// Rows read back from an exchange (time, source clock), then the exchange's clock.
+    type Step = (Vec<(i64, Option<i64>)>, Option<i64>);
+
+    #[test]
+    fn behind_an_exchange_lateness_follows_each_source_not_the_interleaving() {
+        let exchanged = StreamSpec {
+            properties: vec![(floe_core::exchange::EXCHANGED_FROM.into(), "x".into())],
+            ..input()
+        };
+        // Source A runs ahead of source B. Each row with its own source's clock before it.
+        let a = [(1, None), (12, Some(1)), (25, Some(12)), (3, Some(25))];
+        let b = [(2, None), (4, Some(2)), (14, Some(4)), (9, Some(14))];
+        // Two interleavings of the same sources, and the exchange's clocks (the smaller of
+        // the two sources', once both are heard) at different moments.
+        let a_first: Vec<Step> = vec![
+            (a.to_vec(), None),
+            (b.to_vec(), Some(14)),
+            (vec![], Some(100)),
+        ];
+        let mixed: Vec<Step> = vec![
+            (vec![b[0], a[0]], None),
+            (vec![a[1], b[1]], Some(2)),
+            (vec![b[2], a[2], b[3]], Some(12)),
+            (vec![a[3]], Some(25)),
+            (vec![], Some(100)),
+        ];
+        let mut outcomes = Vec::new();
+        for steps in [a_first, mixed] {
+            let dir = std::env::temp_dir().join(format!("floe-window-{}", uuid_like()));
+            let mut store = StateStore::open(&dir, 8 << 20).unwrap();
+            let mut w = Window::new(
+                spec(WindowKind::Tumbling { size: 10 * S }, 5 * S),
+                &exchanged,
+            )
+            .unwrap();
+            let names = |p: u32| format!("x/{p}");
+            let (mut images, mut late) = (Images::new(), Vec::new());
+            for (rows, clock) in steps {
+                let mut ctx = Context::new(Some(&mut store), 0, &names);
+                if !rows.is_empty() {
+                    w.on_batch(&clocked(&rows), &mut ctx).unwrap();
+                }
+                if let Some(clock) = clock {
+                    w.on_event_clock(0, clock * S, &mut ctx).unwrap();
+                }
+                apply(&mut images, &mut late, ctx.finish().0);
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+            outcomes.push((images, late));
+        }
+        let p = "x/0".to_string();
+        let expected = Images::from([
+            ((0, "k".into(), p.clone()), (4, 10)),
+            ((10, "k".into(), p.clone()), (2, 20)),
+            ((20, "k".into(), p.clone()), (1, 30)),
+        ]);
+        // B's 2, 4 and 9 count although A's rows passed them; A's 3 is late by A's clock.
+        assert_eq!(outcomes[0], (expected.clone(), vec![3]));
+        assert_eq!(outcomes[1], (expected, vec![3]));
+
+        // Rows behind an exchange without their source clocks are refused, not guessed.
+        let dir = std::env::temp_dir().join(format!("floe-window-{}", uuid_like()));
+        let mut store = StateStore::open(&dir, 8 << 20).unwrap();
+        let mut w = Window::new(
+            spec(WindowKind::Tumbling { size: 10 * S }, 5 * S),
+            &exchanged,
+        )
+        .unwrap();
+        let names = |p: u32| format!("x/{p}");
+        let mut ctx = Context::new(Some(&mut store), 0, &names);
+        let refused = w.on_batch(&batch(&[(Some("k"), Some(1))], 0), &mut ctx);
+        assert!(
+            matches!(&refused, Err(e) if e.to_string().contains(SOURCE_CLOCK_COLUMN)),
+            "{refused:?}"
+        );
+        drop(ctx);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -22,6 +22,17 @@
 //! partition) every send is the same rows in the same order (a row's partition depends only on
 //! its key; the input is a pure function of the source records) and the producer lands them
 //! in order without gaps.
+//!
+//! **Event time.** The writing side keeps each source partition's clock (its rows' largest
+//! event time, a position entry `<source partition>#clock:<exchange>` committed with the
+//! checkpoint), stamps every row with the clock before it ([`SOURCE_CLOCK_COLUMN`]) and, at
+//! every checkpoint, sends each clock to every exchange partition. The reading side keeps
+//! per (exchange partition, source partition) the largest clock heard
+//! (`<topic>/<p>#clock=<source partition>`) and hands over the partition's clock — the
+//! smallest over every partition of the source topics — whenever it moves
+//! ([`Format::take_clocks`]). Until every source partition has been heard of, the partition
+//! has no clock: a source topic partition that never carries a row of the stream holds the
+//! windows behind the exchange.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Cursor;
@@ -30,6 +41,7 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, BooleanArray, RecordBatch, UInt32Array};
+use floe_core::exchange::{SOURCE_CLOCK_COLUMN, decode_clock, encode_clock};
 use floe_core::{
     Appended, ExchangeProducer, Format, Positions, Refused, SourceError, SourceRecord, StreamBatch,
     StreamSpec,
@@ -57,6 +69,8 @@ pub struct Exchange {
     pub replication: i32,
     /// Key columns.
     pub key: Vec<String>,
+    /// The input's event-time column, by which rows carry their source's clock.
+    pub time_column: Option<String>,
 }
 
 /// The exchanges of `job`'s pipeline over the source's `known` streams (topic default
@@ -71,6 +85,7 @@ pub fn exchanges(job: &str, pipeline: &Pipeline, known: &[StreamSpec]) -> Vec<Ex
                 return None;
             };
             let output = specs.iter().find(|s| s.name == op.outputs[0])?.clone();
+            let time_column = output.time_column.clone();
             Some(Exchange {
                 id: op.id.clone(),
                 input: op.input.clone(),
@@ -83,6 +98,7 @@ pub fn exchanges(job: &str, pipeline: &Pipeline, known: &[StreamSpec]) -> Vec<Ex
                 retention_ms: x.retention_ms,
                 replication: x.replication,
                 key: x.key.clone(),
+                time_column,
             })
         })
         .collect()
@@ -146,6 +162,41 @@ fn encode_split(batch: &RecordBatch, out: &mut Vec<Vec<u8>>) -> Result<(), Strin
     Ok(())
 }
 
+/// `rows` with the clock of `source` before each row as [`SOURCE_CLOCK_COLUMN`] (replacing
+/// one they carry from an earlier exchange); `clock` moves past every row.
+fn with_clocks(
+    rows: &RecordBatch,
+    time_column: &str,
+    clock: &mut Option<i64>,
+) -> Result<RecordBatch, String> {
+    let times = floe_ops::window::event_times(rows, time_column)?;
+    let before: arrow_array::Int64Array = times
+        .into_iter()
+        .map(|t| {
+            let now = *clock;
+            if let Some(t) = t {
+                *clock = Some(clock.map_or(t, |c| c.max(t)));
+            }
+            now
+        })
+        .collect();
+    let schema = rows.schema();
+    let keep: Vec<usize> = (0..schema.fields().len())
+        .filter(|&i| schema.field(i).name() != SOURCE_CLOCK_COLUMN)
+        .collect();
+    let rows = rows.project(&keep).map_err(|e| e.to_string())?;
+    let mut fields: Vec<arrow_schema::FieldRef> = rows.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow_schema::Field::new(
+        SOURCE_CLOCK_COLUMN,
+        arrow_schema::DataType::Int64,
+        true,
+    )));
+    let mut columns = rows.columns().to_vec();
+    columns.push(Arc::new(before));
+    RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns)
+        .map_err(|e| e.to_string())
+}
+
 fn encode(batch: &RecordBatch) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(batch.get_array_memory_size() / 2 + 1024);
     let mut writer = arrow_ipc::writer::StreamWriter::try_new(&mut out, &batch.schema())
@@ -160,6 +211,13 @@ fn encode(batch: &RecordBatch) -> Result<Vec<u8>, String> {
 pub struct Outbound {
     producer: Arc<dyn ExchangeProducer>,
     exchanges: HashMap<String, Exchange>,
+    /// Per (exchange, source partition): the largest event time of its rows so far.
+    clocks: BTreeMap<(String, String), i64>,
+    /// Partitions of each source topic (a clock record says how many to wait for).
+    source_partitions: HashMap<String, i32>,
+    /// The clocks sent last: an unchanged clock is not sent again (an idle job sends
+    /// nothing, so it commits nothing).
+    sent: BTreeMap<(String, String), i64>,
 }
 
 impl std::fmt::Debug for Outbound {
@@ -171,19 +229,75 @@ impl std::fmt::Debug for Outbound {
 }
 
 impl Outbound {
-    /// The exchanges, writing through `producer`.
-    pub fn new(producer: Arc<dyn ExchangeProducer>, exchanges: Vec<Exchange>) -> Self {
+    /// The exchanges, writing through `producer`; `source_partitions` are the partition
+    /// counts of the source topics.
+    pub fn new(
+        producer: Arc<dyn ExchangeProducer>,
+        exchanges: Vec<Exchange>,
+        source_partitions: HashMap<String, i32>,
+    ) -> Self {
         Self {
             producer,
             exchanges: exchanges.into_iter().map(|x| (x.id.clone(), x)).collect(),
+            clocks: BTreeMap::new(),
+            source_partitions,
+            sent: BTreeMap::new(),
         }
+    }
+
+    /// The clocks of the last commit (none before the first), after a seek.
+    pub(crate) fn restore(&mut self, committed: Option<&Positions>) {
+        self.clocks.clear();
+        self.sent.clear();
+        for (key, value) in committed.into_iter().flatten() {
+            if let (Some((source, id)), Ok(clock)) = (key.split_once(CLOCK), value.parse()) {
+                self.clocks
+                    .insert((id.to_string(), source.to_string()), clock);
+            }
+        }
+    }
+
+    /// The clock entries of the source partitions `held`, for the checkpoint.
+    pub(crate) fn positions(&self, held: &std::collections::BTreeSet<String>) -> Positions {
+        self.clocks
+            .iter()
+            .filter(|((_, source), _)| held.contains(source))
+            .map(|((id, source), clock)| (format!("{source}{CLOCK}{id}"), clock.to_string()))
+            .collect()
+    }
+
+    /// Every held source partition's clock that moved since it was last sent, to every
+    /// partition of each exchange.
+    pub(crate) async fn send_clocks(
+        &mut self,
+        held: &std::collections::BTreeSet<String>,
+    ) -> Result<(), SourceError> {
+        for ((id, source), clock) in &self.clocks {
+            let at = (id.clone(), source.clone());
+            if !held.contains(source) || self.sent.get(&at) == Some(clock) {
+                continue;
+            }
+            self.sent.insert(at, *clock);
+            let topic = source.rsplit_once('/').map_or(source.as_str(), |(t, _)| t);
+            let Some(&count) = self.source_partitions.get(topic).filter(|n| **n > 0) else {
+                continue;
+            };
+            let payload = encode_clock(*clock, count);
+            let x = &self.exchanges[id];
+            for partition in 0..x.partitions {
+                self.producer
+                    .send(&x.topic, partition, source.as_bytes(), &payload)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// The records of rows `batch` that exchange `id` reads: per run of a source partition,
     /// the rows going to each exchange partition, in their order, in records of at most
     /// [`RECORD_BYTES`].
     pub(crate) fn records(
-        &self,
+        &mut self,
         id: &str,
         batch: &StreamBatch,
         names: &dyn Fn(u32) -> String,
@@ -194,12 +308,24 @@ impl Outbound {
             .ok_or_else(|| format!("no exchange {id}"))?;
         let mut records = Vec::new();
         for (partition, rows) in batch.slices() {
+            let source = names(partition);
+            let rows = match &x.time_column {
+                Some(column) => {
+                    let at = (id.to_string(), source.clone());
+                    let mut clock = self.clocks.get(&at).copied();
+                    let rows = with_clocks(&rows, column, &mut clock)?;
+                    if let Some(clock) = clock {
+                        self.clocks.insert(at, clock);
+                    }
+                    rows
+                }
+                None => rows,
+            };
             let targets = partitions_of(&rows, &x.key, x.partitions)?;
             let mut by_target: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
             for (row, target) in targets.into_iter().enumerate() {
                 by_target.entry(target).or_default().push(row as u32);
             }
-            let source = names(partition);
             for (target, indices) in by_target {
                 let picked = if indices.len() == rows.num_rows() {
                     rows.clone()
@@ -253,6 +379,13 @@ fn mark_key(partition_key: &str, source: &str) -> String {
 /// What separates an exchange partition from the source partition in a mark entry.
 const MARK: &str = "#from=";
 
+/// What separates an exchange partition from the source partition in a clock entry of the
+/// reading side.
+const HEARD: &str = "#clock=";
+
+/// What separates a source partition from the exchange in a clock entry of the writing side.
+const CLOCK: &str = "#clock:";
+
 /// One exchange as the reading side knows it.
 #[derive(Debug)]
 struct Inbound {
@@ -273,6 +406,15 @@ pub struct ExchangeFormat<F: Format> {
     inbound: Vec<Inbound>,
     /// Per (exchange topic, partition, source partition): the lineage of the last row taken.
     marks: BTreeMap<(String, i32, String), (i64, i32)>,
+    /// Per (exchange topic, partition, source partition): the largest source clock heard.
+    heard: BTreeMap<(String, i32, String), i64>,
+    /// Partitions of each source topic heard of, every one of which a clock waits for.
+    sources: BTreeMap<String, i32>,
+    /// Exchange partitions whose sources' clocks moved since the last take: (inbound, topic,
+    /// partition).
+    moved: std::collections::BTreeSet<(usize, Arc<str>, i32)>,
+    /// The clock last handed over per (exchange topic, partition).
+    told: HashMap<(Arc<str>, i32), i64>,
 }
 
 impl<F: Format> ExchangeFormat<F> {
@@ -292,7 +434,44 @@ impl<F: Format> ExchangeFormat<F> {
                 })
                 .collect(),
             marks: BTreeMap::new(),
+            heard: BTreeMap::new(),
+            sources: BTreeMap::new(),
+            moved: Default::default(),
+            told: HashMap::new(),
         }
+    }
+
+    /// A source's clock reached `clock` in a partition of an exchange topic.
+    fn hear(&mut self, index: usize, record: &SourceRecord, source: &str, clock: i64) {
+        let at = (
+            record.topic.to_string(),
+            record.partition,
+            source.to_string(),
+        );
+        let known = self.heard.entry(at).or_insert(clock);
+        *known = (*known).max(clock);
+        self.moved
+            .insert((index, record.topic.clone(), record.partition));
+    }
+
+    /// The clock of a partition of an exchange topic: the smallest clock of every partition
+    /// of the source topics heard of; `None` until each has been heard.
+    fn clock(&self, topic: &str, partition: i32) -> Option<i64> {
+        if self.sources.is_empty() {
+            return None;
+        }
+        let mut clock = i64::MAX;
+        for (source_topic, count) in &self.sources {
+            for p in 0..*count {
+                let at = (
+                    topic.to_string(),
+                    partition,
+                    floe_core::position_key(source_topic, p),
+                );
+                clock = clock.min(*self.heard.get(&at)?);
+            }
+        }
+        Some(clock)
     }
 
     fn take_record(&mut self, index: usize, record: &SourceRecord) -> Result<(), String> {
@@ -302,6 +481,12 @@ impl<F: Format> ExchangeFormat<F> {
             .and_then(|k| std::str::from_utf8(k).ok())
             .ok_or("an exchange record's key must name its source partition")?
             .to_string();
+        if let Some((clock, count)) = decode_clock(&record.payload) {
+            let topic = source.rsplit_once('/').map_or(source.as_str(), |(t, _)| t);
+            self.sources.insert(topic.to_string(), count);
+            self.hear(index, record, &source, clock);
+            return Ok(());
+        }
         let reader = arrow_ipc::reader::StreamReader::try_new(Cursor::new(&record.payload), None)
             .map_err(|e| format!("not Arrow IPC: {e}"))?;
         let mark_at = (record.topic.to_string(), record.partition, source);
@@ -317,6 +502,13 @@ impl<F: Format> ExchangeFormat<F> {
             ) else {
                 return Err("kafka_offset must be a long and kafka_item an int".into());
             };
+            let clocks = batch
+                .column_by_name(SOURCE_CLOCK_COLUMN)
+                .and_then(|c| c.as_primitive_opt::<Int64Type>())
+                .and_then(|c| c.iter().flatten().max());
+            if let Some(clock) = clocks {
+                self.hear(index, record, &mark_at.2, clock);
+            }
             let mut last = self.marks.get(&mark_at).copied();
             let keep: BooleanArray = (0..batch.num_rows())
                 .map(|row| {
@@ -394,8 +586,35 @@ impl<F: Format> Format for ExchangeFormat<F> {
         out
     }
 
+    fn take_clocks(&mut self) -> Vec<(usize, Arc<str>, i32, i64)> {
+        let mut out = self.inner.take_clocks();
+        for (index, topic, partition) in std::mem::take(&mut self.moved) {
+            let Some(clock) = self.clock(&topic, partition) else {
+                continue;
+            };
+            let told = self
+                .told
+                .entry((topic.clone(), partition))
+                .or_insert(i64::MIN);
+            if clock > *told {
+                *told = clock;
+                out.push((self.inner_streams + index, topic, partition, clock));
+            }
+        }
+        out
+    }
+
     fn positions(&self) -> Positions {
         let mut positions = self.inner.positions();
+        for ((topic, partition, source), clock) in &self.heard {
+            positions.insert(
+                format!(
+                    "{}{HEARD}{source}",
+                    floe_core::position_key(topic, *partition)
+                ),
+                clock.to_string(),
+            );
+        }
         for ((topic, partition, source), (offset, item)) in &self.marks {
             positions.insert(
                 mark_key(&floe_core::position_key(topic, *partition), source),
@@ -412,7 +631,19 @@ impl<F: Format> Format for ExchangeFormat<F> {
             inbound.rows = 0;
         }
         self.marks.clear();
+        self.heard.clear();
+        self.moved.clear();
+        self.told.clear();
         for (key, value) in positions {
+            if let Some((partition_key, source)) = key.split_once(HEARD)
+                && let Some((topic, partition)) = partition_key.rsplit_once('/')
+                && let (Ok(partition), Ok(clock)) = (partition.parse(), value.parse())
+                && self.inbound.iter().any(|i| i.topic == topic)
+            {
+                self.heard
+                    .insert((topic.to_string(), partition, source.to_string()), clock);
+                continue;
+            }
             let Some((partition_key, source)) = key.split_once(MARK) else {
                 continue;
             };
@@ -496,6 +727,7 @@ mod tests {
             retention_ms: 1,
             replication: -1,
             key: vec!["service_name".into()],
+            time_column: None,
         }
     }
 
@@ -542,7 +774,7 @@ mod tests {
 
     #[test]
     fn rows_sent_twice_are_taken_once_and_marks_survive_a_seek() {
-        let outbound = Outbound::new(Arc::new(Discard), vec![exchange(3)]);
+        let mut outbound = Outbound::new(Arc::new(Discard), vec![exchange(3)], HashMap::new());
         let batch = StreamBatch {
             stream: 0,
             batch: rows(&["a", "b", "c", "a", "b", "c"], &[10, 10, 11, 11, 12, 12]),
@@ -618,7 +850,7 @@ mod tests {
         let services = vec![service.as_str(); 3000];
         let offsets: Vec<i64> = (0..3000).collect();
         let batch = StreamBatch::single(0, rows(&services, &offsets), 0);
-        let outbound = Outbound::new(Arc::new(Discard), vec![exchange(3)]);
+        let mut outbound = Outbound::new(Arc::new(Discard), vec![exchange(3)], HashMap::new());
         let records = outbound
             .records("x", &batch, &|p| format!("spans/{p}"))
             .unwrap();
@@ -638,5 +870,147 @@ mod tests {
         let mut format = ExchangeFormat::new(Nothing, &[exchange(3)]);
         let refused = format.append(&record(0, "spans/0", b"{}".to_vec(), 0), 0);
         assert!(matches!(refused, Err(Refused::Record(r)) if r.contains("Arrow IPC")));
+    }
+
+    /// A producer that keeps what it is sent.
+    #[derive(Default)]
+    struct Keep(std::sync::Mutex<Vec<(i32, String, Vec<u8>)>>);
+
+    impl ExchangeProducer for Keep {
+        fn send<'a>(
+            &'a self,
+            _: &'a str,
+            partition: i32,
+            key: &'a [u8],
+            payload: &'a [u8],
+        ) -> floe_core::exchange::Sending<'a> {
+            self.0.lock().unwrap().push((
+                partition,
+                String::from_utf8_lossy(key).into_owned(),
+                payload.to_vec(),
+            ));
+            Box::pin(async { Ok(()) })
+        }
+        fn flush(&self) -> floe_core::exchange::Flushing<'_> {
+            Box::pin(async { Ok(0) })
+        }
+        fn forget(&self) {}
+    }
+
+    /// Rows with an event time (`ts`, µs).
+    fn timed(services: &[&str], offsets: &[i64], times: &[i64]) -> RecordBatch {
+        let plain = rows(services, offsets);
+        let mut fields: Vec<arrow_schema::FieldRef> = plain.schema().fields().to_vec();
+        fields.push(Arc::new(Field::new("ts", DataType::Int64, true)));
+        let mut columns = plain.columns().to_vec();
+        columns.push(Arc::new(Int64Array::from(times.to_vec())));
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+    }
+
+    fn carried(payload: &[u8]) -> Vec<Option<i64>> {
+        let reader = arrow_ipc::reader::StreamReader::try_new(Cursor::new(payload), None).unwrap();
+        reader
+            .flat_map(|b| {
+                let b = b.unwrap();
+                let c = b.column_by_name(SOURCE_CLOCK_COLUMN).unwrap();
+                c.as_primitive::<Int64Type>().iter().collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rows_carry_their_sources_clock_and_a_partition_waits_for_every_source() {
+        let x = Exchange {
+            time_column: Some("ts".into()),
+            ..exchange(2)
+        };
+        let keep = Arc::new(Keep::default());
+        let sources = HashMap::from([("spans".to_string(), 2)]);
+        let mut outbound = Outbound::new(keep.clone(), vec![x.clone()], sources);
+        let batch = StreamBatch {
+            stream: 0,
+            batch: timed(&["a", "a", "a", "a"], &[1, 2, 3, 7], &[100, 300, 200, 50]),
+            runs: vec![
+                PartitionRun {
+                    partition: 0,
+                    rows: 3,
+                },
+                PartitionRun {
+                    partition: 1,
+                    rows: 1,
+                },
+            ],
+        };
+        let records = outbound
+            .records("x", &batch, &|p| format!("spans/{p}"))
+            .unwrap();
+        // The clock before each row of its own source: nothing yet, then the largest so far.
+        let of = |source: &str| -> Vec<Option<i64>> {
+            records
+                .iter()
+                .filter(|(_, s, _)| s == source)
+                .flat_map(|(_, _, payload)| carried(payload))
+                .collect()
+        };
+        assert_eq!(of("spans/0"), vec![None, Some(100), Some(300)]);
+        assert_eq!(of("spans/1"), vec![None]);
+
+        let mut format = ExchangeFormat::new(Nothing, std::slice::from_ref(&x));
+        let mut offset = 0;
+        let mut deliver = |format: &mut ExchangeFormat<Nothing>, rs: &[(i32, String, Vec<u8>)]| {
+            for (p, key, payload) in rs {
+                format
+                    .append(&record(*p, key, payload.clone(), offset), 0)
+                    .unwrap();
+                offset += 1;
+            }
+        };
+        deliver(&mut format, &records);
+        assert!(
+            format.take_clocks().is_empty(),
+            "no source has said its clock"
+        );
+
+        let mut send = |held: &[&str]| {
+            let held = held.iter().map(|s| s.to_string()).collect();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            rt.block_on(outbound.send_clocks(&held)).unwrap();
+            std::mem::take(&mut *keep.0.lock().unwrap())
+        };
+        let first = send(&["spans/0"]);
+        assert_eq!(first.len(), 2, "one clock record per exchange partition");
+        deliver(&mut format, &first);
+        assert!(
+            format.take_clocks().is_empty(),
+            "spans/1 has not been heard in every partition"
+        );
+        assert!(
+            send(&["spans/0"]).is_empty(),
+            "an unchanged clock is not sent again"
+        );
+        let second = send(&["spans/1"]);
+        deliver(&mut format, &second);
+        let mut clocks = format.take_clocks();
+        clocks.sort_by_key(|c| c.2);
+        let told: Vec<(i32, i64)> = clocks.iter().map(|c| (c.2, c.3)).collect();
+        assert_eq!(told, vec![(0, 50), (1, 50)], "the slowest source's clock");
+        assert!(format.take_clocks().is_empty(), "told once");
+
+        // Both sides' clocks are position entries that survive a restart.
+        let held = ["spans/0".to_string(), "spans/1".to_string()].into();
+        let committed = outbound.positions(&held);
+        assert_eq!(
+            committed.get("spans/0#clock:x").map(String::as_str),
+            Some("300")
+        );
+        let mut restarted = Outbound::new(keep.clone(), vec![x.clone()], HashMap::new());
+        restarted.restore(Some(&committed));
+        assert_eq!(restarted.positions(&held), committed);
+        let heard = format.positions();
+        let mut again = ExchangeFormat::new(Nothing, &[x]);
+        again.seek(&heard);
+        assert_eq!(again.positions(), heard);
     }
 }

@@ -199,6 +199,42 @@ impl Pipeline {
         Ok(())
     }
 
+    /// The event-time clock of `partition` of `stream` moved: every operator reading it is
+    /// told, and through `select`/`filter` operators those reading what they derive.
+    pub(crate) fn clock(
+        &mut self,
+        stream: &str,
+        partition: u32,
+        max_time: i64,
+        names: &dyn Fn(u32) -> String,
+        out: &mut Routed,
+    ) -> LakeResult<()> {
+        let consumers = self.consumers.get(stream).cloned().unwrap_or_default();
+        for i in consumers {
+            match self.configs[i].kind {
+                OperatorKind::Sql { .. } => {
+                    let outputs = self.configs[i].outputs.clone();
+                    for o in outputs {
+                        self.clock(&o, partition, max_time, names, out)?;
+                    }
+                    continue;
+                }
+                // Another exchange has clocks of its own.
+                OperatorKind::Exchange(_) => continue,
+                OperatorKind::Window(_) => {}
+            }
+            let Some(op) = self.operators[i].as_mut() else {
+                continue;
+            };
+            let mut ctx = Context::new(self.state.as_mut(), i as u16, names);
+            op.on_event_clock(partition, max_time, &mut ctx)
+                .map_err(op_error)?;
+            let done = ctx.finish();
+            self.drain(i, done, names, out)?;
+        }
+        Ok(())
+    }
+
     /// A stream was emptied: so are the streams `select`/`filter` operators derive from it.
     pub(crate) fn truncate(&mut self, stream: &str, out: &mut Routed) {
         out.truncates.push(stream.to_string());

@@ -134,6 +134,15 @@ impl<S: Source, F: Format> RecordReader<S, F> {
             }
         }
         self.counted.iter_mut().for_each(|c| *c = 0);
+        // Clocks after the rows: they hold for everything read so far.
+        for (stream, topic, partition, max_time) in self.format.take_clocks() {
+            let partition = self.partition(&topic, partition);
+            items.push(ReadItem::Clock {
+                stream,
+                partition,
+                max_time,
+            });
+        }
     }
 
     fn decode(&mut self, record: &SourceRecord, ingested_at: i64) -> Result<(), SourceError> {
@@ -169,6 +178,7 @@ impl<S: Source, F: Format> RecordReader<S, F> {
 
     fn reset(&mut self) {
         let _ = self.format.take();
+        let _ = self.format.take_clocks();
         self.counted.iter_mut().for_each(|c| *c = 0);
         self.runs.iter_mut().for_each(Vec::clear);
         self.dead_letters.clear();

@@ -278,13 +278,14 @@ impl<R: Reader> Job<R> {
         if routed.exchanged.is_empty() {
             return Ok(());
         }
-        let Some(outbound) = self.outbound.as_ref() else {
+        let Some(outbound) = self.outbound.as_mut() else {
             return Err(LakeError::new(
                 ErrorKind::Invalid,
                 "the pipeline has an exchange but the job no exchange producer",
             ));
         };
-        let names = |p: u32| self.reader.partition_name(p);
+        let reader = &self.reader;
+        let names = |p: u32| reader.partition_name(p);
         for (id, batch) in std::mem::take(&mut routed.exchanged) {
             let records = outbound
                 .records(&id, &batch, &names)
@@ -571,6 +572,9 @@ impl<R: Reader> Job<R> {
             tables,
         };
         self.reader.seek(&committed).await.map_err(source_error)?;
+        if let Some(outbound) = self.outbound.as_mut() {
+            outbound.restore(job.as_ref());
+        }
         let reset = self.check_operators(&operators)?;
         self.committed_operators = operators;
         // Fencing compares the anchor's values of every entry of the partitions this writer
@@ -751,7 +755,7 @@ impl<R: Reader> Job<R> {
         for item in out.items {
             let stream = match &item {
                 ReadItem::Rows(rows) => rows.stream,
-                ReadItem::Truncate(stream) => *stream,
+                ReadItem::Truncate(stream) | ReadItem::Clock { stream, .. } => *stream,
             };
             let Some(name) = self.reader_streams.get(stream).map(|s| s.name.clone()) else {
                 return Err(LakeError::new(
@@ -762,6 +766,13 @@ impl<R: Reader> Job<R> {
             match item {
                 ReadItem::Rows(rows) => self.pipeline.push(&name, rows, &names, &mut routed)?,
                 ReadItem::Truncate(_) => self.pipeline.truncate(&name, &mut routed),
+                ReadItem::Clock {
+                    partition,
+                    max_time,
+                    ..
+                } => self
+                    .pipeline
+                    .clock(&name, partition, max_time, &names, &mut routed)?,
             }
         }
         self.exchange(&mut routed).await?;
@@ -820,8 +831,16 @@ impl<R: Reader> Job<R> {
         };
         self.sinks.write(inputs).await?;
         let closings = self.sinks.close().await?;
-        // The checkpoint's exchange records are in their topics before it commits.
-        if let Some(outbound) = &self.outbound {
+        let held: BTreeSet<String> = self
+            .reader
+            .positions()
+            .keys()
+            .map(|k| partition_of_entry(k).to_string())
+            .collect();
+        // The checkpoint's exchange records — and its sources' clocks — are in their topics
+        // before it commits.
+        if let Some(outbound) = self.outbound.as_mut() {
+            outbound.send_clocks(&held).await.map_err(source_error)?;
             let landed = outbound.flush().await.map_err(source_error)?;
             self.metrics.exchange_records.inc_by(landed);
         }
@@ -837,10 +856,9 @@ impl<R: Reader> Job<R> {
             })
             .collect();
         let mut current = self.reader.positions();
-        let held: BTreeSet<String> = current
-            .keys()
-            .map(|k| partition_of_entry(k).to_string())
-            .collect();
+        if let Some(outbound) = &self.outbound {
+            current.extend(outbound.positions(&held));
+        }
         for (operator, marks) in self.pipeline.watermarks() {
             for (p, watermark) in marks {
                 let partition = self.reader.partition_name(p);

@@ -254,11 +254,18 @@ async fn run(
                         floe_kafka::exchange::ensure_topic(&settings, &topic).await?;
                         settings.earliest_topics.push(x.topic.clone());
                     }
+                    // Clock records say how many source partitions a clock waits for.
+                    let mut source_partitions = HashMap::new();
+                    for topic in &settings.topics {
+                        let count =
+                            floe_kafka::exchange::topic_partitions(&settings, topic).await?;
+                        source_partitions.insert(topic.clone(), count);
+                    }
                     let producer = Arc::new(KafkaExchange::connect(&settings)?);
                     let kafka = KafkaSource::connect(&settings)?;
                     let format = ExchangeFormat::new(format, &exchanges);
                     let reader = RecordReader::new(kafka, format, bytes);
-                    let outbound = Outbound::new(producer, exchanges);
+                    let outbound = Outbound::new(producer, exchanges, source_partitions);
                     Job::open_with(config, client, reader, metrics, options.clone())
                         .await?
                         .with_exchanges(outbound)

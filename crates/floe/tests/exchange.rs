@@ -14,6 +14,13 @@
 //! partition. The killed run must also have sent rows twice (replays after kills), which the
 //! reading side dropped: the dedup was exercised, not just possible.
 //!
+//! A 1-second window per service reads the exchange. Its table must hold one row per (window,
+//! service) — no partial rows — equal to DuckDB's count of the landed spans that are not in its
+//! late table, for every window the final clock (the slowest source partition's newest span)
+//! closed; the late table must hold exactly the spans of the records sent 5 s back in time,
+//! judged by their own source partition however the exchange interleaved them; and both
+//! tables must be the same in every scenario.
+//!
 //! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,10 +48,27 @@ const RECORDS: usize = 1200;
 const REQUESTS: usize = 4;
 const START_NS: u64 = 1_760_000_000_000_000_000;
 
+/// Whether record `j` is sent 5 s back in the time of its partition: late for the window.
+fn sent_back(j: usize) -> bool {
+    j % PARTITIONS as usize == 1 && (j / PARTITIONS as usize) % 30 == 29
+}
+
 fn record(j: usize) -> (i32, Vec<u8>) {
-    let start = START_NS + j as u64 * 50_000_000;
+    let mut start = START_NS + j as u64 * 50_000_000;
+    if sent_back(j) {
+        start -= 5_000_000_000;
+    }
     let [traces, _logs] = Generator::new(j as u64, start).requests(REQUESTS);
     ((j % PARTITIONS as usize) as i32, traces.bytes)
+}
+
+/// What the window behind the exchange made of a scenario, as digests DuckDB computed.
+#[derive(Debug, PartialEq)]
+struct Windowed {
+    /// (rows, digest) of the window table.
+    rows: (u64, i64),
+    /// (rows, digest) of its late table.
+    late: (u64, i64),
 }
 
 struct Scenario {
@@ -185,6 +209,7 @@ impl Fixture {
         consumer.assign(&assignment).unwrap();
         let mut services: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
         let mut rows = 0;
+        let mut clocks = 0;
         let mut read: BTreeMap<i32, i64> = BTreeMap::new();
         let began = Instant::now();
         while ends
@@ -200,6 +225,10 @@ impl Fixture {
             let key = std::str::from_utf8(message.key().unwrap()).unwrap();
             assert!(key.contains('/'), "the key names a source partition: {key}");
             let payload = message.payload().unwrap();
+            if floe_core::exchange::decode_clock(payload).is_some() {
+                clocks += 1;
+                continue;
+            }
             let reader =
                 arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(payload), None)
                     .unwrap();
@@ -216,6 +245,7 @@ impl Fixture {
                 }
             }
         }
+        assert!(clocks > 0, "the sources' clocks went through the topic");
         (services, rows)
     }
 
@@ -244,6 +274,68 @@ impl Fixture {
         ));
         let cells: Vec<u64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
         cells.try_into().unwrap()
+    }
+
+    /// The window behind the exchange against DuckDB's own count of the landed spans.
+    async fn check_window(&self, s: &Scenario) -> Windowed {
+        let spans = self.location(s.name, "otel_spans").await;
+        let rollup = self.location(s.name, "per_service").await;
+        let late = self.location(s.name, "per_service_late").await;
+        let out = python(&format!(
+            r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE spans AS SELECT * FROM iceberg_scan('{spans}')")
+con.sql("CREATE TABLE late AS SELECT * FROM iceberg_scan('{late}')")
+con.sql("CREATE TABLE got AS SELECT epoch_us(window_start) AS start_us, service_name, spans AS n FROM iceberg_scan('{rollup}')")
+con.sql("CREATE TABLE expected AS SELECT (epoch_us(ts) // 1000000) * 1000000 AS start_us, service_name, count(*) AS n FROM spans ANTI JOIN late USING (trace_id, span_id) GROUP BY ALL")
+clock = con.sql("SELECT min(m) FROM (SELECT max(epoch_us(ts)) AS m FROM spans GROUP BY kafka_partition)").fetchone()[0]
+one = lambda q: con.sql(q).fetchone()[0]
+print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINCT start_us, service_name FROM got)"),
+      one(f"SELECT count(*) FROM (SELECT * FROM expected WHERE start_us + 1000000 <= {{clock}} - 1000000 EXCEPT ALL SELECT * FROM got)"),
+      one("SELECT count(*) FROM (SELECT * FROM got EXCEPT ALL SELECT * FROM expected)"),
+      one("SELECT coalesce(sum(hash(start_us, service_name, n)), 0) FROM got"),
+      one("SELECT count(*) FROM late"),
+      one("SELECT coalesce(sum(hash(trace_id, span_id, late_watermark)), 0) FROM late"),
+      one("SELECT count(*) FROM late ANTI JOIN spans USING (trace_id, span_id)"))
+"#
+        ));
+        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
+        let [
+            rows,
+            keys,
+            missing,
+            extra,
+            digest,
+            late,
+            late_digest,
+            unknown,
+        ] = cells[..]
+        else {
+            panic!("{out}");
+        };
+        assert!(rows > 0, "{}: the window emitted nothing", s.name);
+        assert_eq!(rows, keys, "{}: one row per (window, service)", s.name);
+        assert_eq!(
+            (missing, extra),
+            (0, 0),
+            "{}: the window's counts are DuckDB's over the landed spans",
+            s.name
+        );
+        let sent_back = (0..RECORDS).filter(|j| sent_back(*j)).count() * REQUESTS * 5;
+        assert_eq!(
+            (late, unknown),
+            (sent_back as i128, 0),
+            "{}: the late rows are the spans sent back in time",
+            s.name
+        );
+        eprintln!(
+            "{}: {rows} window rows, {late} late spans (of {sent_back} sent back)",
+            s.name
+        );
+        Windowed {
+            rows: (rows as u64, digest as i64),
+            late: (late as u64, late_digest as i64),
+        }
     }
 
     /// The checks every scenario must pass; returns the rows the exchange topic holds.
@@ -314,6 +406,18 @@ key = ["service_name"]
 partitions = {EXCHANGE_PARTITIONS}
 topic = "{exchange}"
 retention = "1d"
+
+[streams.by_service]
+out_of_orderness = "1s"
+
+[[operators]]
+id = "per_service"
+kind = "window"
+input = "by_service"
+window = {{ type = "tumbling", size = "1s" }}
+key = ["service_name"]
+allowed_lateness = "1s"
+aggregates = {{ spans = "count()" }}
 "#,
                 topic = self.topic,
                 exchange = self.exchange_topic,
@@ -349,6 +453,7 @@ async fn an_exchange_re_keys_every_row_exactly_once_through_kills_and_rescales()
     f.wait_caught_up(&s).await;
     terminate(child);
     f.check(&s).await;
+    let windowed = f.check_window(&s).await;
 
     // Killed -9 at random instants while the input is produced.
     let mut s = f.scenario("killed").await;
@@ -368,6 +473,12 @@ async fn an_exchange_re_keys_every_row_exactly_once_through_kills_and_rescales()
     let writers = anchor_writers(&f.client, s.name).await;
     assert!(writers > kills / 3, "only {writers} incarnations committed");
     let sent = f.check(&s).await;
+    assert_eq!(
+        f.check_window(&s).await,
+        windowed,
+        "{}: the window as uninterrupted",
+        s.name
+    );
     assert!(
         sent > RECORDS * REQUESTS * 5,
         "kills replayed rows into the exchange ({sent} sent), which the reading side dropped"
@@ -399,6 +510,12 @@ async fn an_exchange_re_keys_every_row_exactly_once_through_kills_and_rescales()
     terminate(first);
     terminate(second);
     f.check(&s).await;
+    assert_eq!(
+        f.check_window(&s).await,
+        windowed,
+        "{}: the window as uninterrupted",
+        s.name
+    );
 
     f.catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&f.dir);
