@@ -78,8 +78,16 @@ pub async fn ensure_topic(settings: &KafkaSettings, spec: &TopicSpec) -> Result<
             }
         }
     }
-    // The topic as the brokers have it now.
-    let found = partitions_of(admin, &spec.name).await?;
+    // The topic as the brokers have it now (a topic just created may take a moment to show
+    // in the metadata).
+    let began = std::time::Instant::now();
+    let found = loop {
+        let found = topic_partitions(settings, &spec.name).await?;
+        if found > 0 || began.elapsed() > Duration::from_secs(15) {
+            break found;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     if found != spec.partitions {
         return Err(SourceError::user(format!(
             "exchange topic {} has {found} partitions, the job file says {}: a partition count \

@@ -658,6 +658,13 @@ pub fn exchange_output(op: &OperatorConfig, input: &StreamSpec) -> Result<Stream
             input.name
         ));
     }
+    if floe_core::exchange::is_exchanged(input) {
+        return Err(format!(
+            "stream {} is read back from an exchange: exchange the stream it came from by the \
+             new key instead",
+            input.name
+        ));
+    }
     let schema = input
         .schema
         .as_ref()

@@ -145,6 +145,14 @@ impl Sql {
         columns: Option<Vec<String>>,
         predicate: Option<String>,
     ) -> Result<Self, String> {
+        if columns.is_some() && floe_core::exchange::is_exchanged(input) {
+            // Its rows carry their sources' clocks, which a new set of columns would lose.
+            return Err(format!(
+                "stream {} is read back from an exchange: a select cannot read it (a filter \
+                 can); select before the exchange",
+                input.name
+            ));
+        }
         let iceberg = input
             .schema
             .as_ref()

@@ -320,6 +320,25 @@ impl Window {
                 input.name
             ));
         }
+        if floe_core::exchange::is_exchanged(input) {
+            // Whether a late row joins a session depends on whether the session was purged
+            // yet, which behind an exchange depends on timing.
+            if matches!(spec.kind, WindowKind::Session { .. }) {
+                return Err(format!(
+                    "stream {} is read back from an exchange: session windows cannot read it \
+                     (tumbling and sliding windows can); put the session window before the \
+                     exchange",
+                    input.name
+                ));
+            }
+            if input.time_column.as_deref() != Some(spec.time_column.as_str()) {
+                return Err(format!(
+                    "stream {} is read back from an exchange, whose rows carry the clock of \
+                     its time column {:?}: a window behind it uses that column, not {}",
+                    input.name, input.time_column, spec.time_column
+                ));
+            }
+        }
         let iceberg = input
             .schema
             .as_ref()
@@ -788,25 +807,19 @@ impl Window {
         }
     }
 
-    /// Behind an exchange, rows must carry their source clocks.
-    fn clocks_of<'a>(
-        &self,
-        rows: &'a RecordBatch,
-    ) -> OpResult<Option<&'a arrow_array::Int64Array>> {
-        if !self.exchanged {
-            return Ok(None);
+    /// Behind an exchange, the source clocks the rows carry (none on records an older
+    /// Floe wrote: those rows meet the partition's watermark).
+    fn clocks_of<'a>(&self, rows: &'a RecordBatch) -> Option<&'a arrow_array::Int64Array> {
+        if self.exchanged {
+            source_clocks(rows)
+        } else {
+            None
         }
-        source_clocks(rows).map(Some).ok_or_else(|| {
-            self.invalid(format!(
-                "rows read back from an exchange without {SOURCE_CLOCK_COLUMN}: a window \
-                 behind an exchange reads its output (or a filter of it) directly"
-            ))
-        })
     }
 
     fn fixed_rows(&mut self, ctx: &mut Context<'_>, p: u32, rows: &RecordBatch) -> OpResult<()> {
         let (times, keys) = self.times_and_keys(rows);
-        let clocks = self.clocks_of(rows)?;
+        let clocks = self.clocks_of(rows);
         let ooo = self.spec.out_of_orderness;
         let lateness = self.spec.allowed_lateness;
         let mut segment: Segment = Vec::new();
@@ -853,7 +866,7 @@ impl Window {
                     b.add(acc, rows.columns(), row);
                 }
             }
-            if clocks.is_some() {
+            if self.exchanged {
                 continue; // the exchange moves the clock
             }
             let part = self.parts.entry(p).or_default();
@@ -1066,7 +1079,7 @@ impl Window {
 
     fn session_rows(&mut self, ctx: &mut Context<'_>, p: u32, rows: &RecordBatch) -> OpResult<()> {
         let (times, keys) = self.times_and_keys(rows);
-        let clocks = self.clocks_of(rows)?;
+        let clocks = self.clocks_of(rows);
         let ooo = self.spec.out_of_orderness;
         let mut produced = Produced::default();
         for row in 0..rows.num_rows() {
@@ -1076,7 +1089,7 @@ impl Window {
             };
             let wm = self.row_watermark(p, clocks, row);
             self.session_row(ctx, p, (key, t), (rows, row, wm), &mut produced)?;
-            if clocks.is_some() {
+            if self.exchanged {
                 continue; // the exchange moves the clock
             }
             let part = self.parts.entry(p).or_default();
@@ -1532,23 +1545,25 @@ mod tests {
         assert_eq!(outcomes[0], (expected.clone(), vec![3]));
         assert_eq!(outcomes[1], (expected, vec![3]));
 
-        // Rows behind an exchange without their source clocks are refused, not guessed.
-        let dir = std::env::temp_dir().join(format!("floe-window-{}", uuid_like()));
-        let mut store = StateStore::open(&dir, 8 << 20).unwrap();
-        let mut w = Window::new(
-            spec(WindowKind::Tumbling { size: 10 * S }, 5 * S),
-            &exchanged,
-        )
-        .unwrap();
-        let names = |p: u32| format!("x/{p}");
-        let mut ctx = Context::new(Some(&mut store), 0, &names);
-        let refused = w.on_batch(&batch(&[(Some("k"), Some(1))], 0), &mut ctx);
+        // What depends on timing behind an exchange is refused: session windows (a late
+        // row joins a session or not as it was purged yet) and another time column than the
+        // one the clocks are of.
+        let session = Window::new(spec(WindowKind::Session { gap: 10 * S }, 0), &exchanged);
         assert!(
-            matches!(&refused, Err(e) if e.to_string().contains(SOURCE_CLOCK_COLUMN)),
-            "{refused:?}"
+            matches!(&session, Err(e) if e.contains("session")),
+            "{:?}",
+            session.err()
         );
-        drop(ctx);
-        let _ = std::fs::remove_dir_all(&dir);
+        let other = WindowSpec {
+            time_column: "k".into(),
+            ..spec(WindowKind::Tumbling { size: 10 * S }, 0)
+        };
+        let other = Window::new(other, &exchanged);
+        assert!(
+            matches!(&other, Err(e) if e.contains("time column")),
+            "{:?}",
+            other.err()
+        );
     }
 
     #[test]

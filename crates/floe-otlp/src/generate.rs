@@ -126,12 +126,17 @@ impl From<bool> for Val {
     }
 }
 
+/// The team every generated service belongs to (resource attribute `team`).
+const TEAM: &str = "shop-core";
+
 fn resource(service: &str, instance: usize) -> Resource {
     Resource {
         attributes: vec![
             kv("service.name", service),
             kv("service.namespace", "shop"),
             kv("service.instance.id", format!("{service}-{instance}")),
+            kv("service.version", "1.0.0"),
+            kv("team", TEAM),
             kv("deployment.environment.name", "quickstart"),
             kv("host.name", format!("node-{}", instance % 3)),
         ],

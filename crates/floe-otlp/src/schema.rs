@@ -238,6 +238,8 @@ fn resource_columns() -> Vec<Col> {
         opt("service_namespace", T::Str),
         opt("service_instance_id", T::Str),
         opt("deployment_environment", T::Str),
+        // The deploy: every rollup can group by it (`service.version`).
+        opt("service_version", T::Str),
         opt("resource_attributes", T::StrMap),
         opt("resource_schema_url", T::Str),
         opt("resource_dropped_attributes_count", T::Int),

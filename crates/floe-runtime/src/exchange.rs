@@ -250,7 +250,9 @@ impl Outbound {
         self.clocks.clear();
         self.sent.clear();
         for (key, value) in committed.into_iter().flatten() {
-            if let (Some((source, id)), Ok(clock)) = (key.split_once(CLOCK), value.parse()) {
+            if let (Some((source, id)), Ok(clock)) = (key.split_once(CLOCK), value.parse())
+                && self.exchanges.contains_key(id)
+            {
                 self.clocks
                     .insert((id.to_string(), source.to_string()), clock);
             }
@@ -277,13 +279,16 @@ impl Outbound {
             if !held.contains(source) || self.sent.get(&at) == Some(clock) {
                 continue;
             }
-            self.sent.insert(at, *clock);
-            let topic = source.rsplit_once('/').map_or(source.as_str(), |(t, _)| t);
-            let Some(&count) = self.source_partitions.get(topic).filter(|n| **n > 0) else {
+            let (Some(&count), Some(x)) = (
+                self.source_partitions
+                    .get(topic_of(source))
+                    .filter(|n| **n > 0),
+                self.exchanges.get(id),
+            ) else {
                 continue;
             };
+            self.sent.insert(at, *clock);
             let payload = encode_clock(*clock, count);
-            let x = &self.exchanges[id];
             for partition in 0..x.partitions {
                 self.producer
                     .send(&x.topic, partition, source.as_bytes(), &payload)
@@ -376,6 +381,11 @@ fn mark_key(partition_key: &str, source: &str) -> String {
     format!("{partition_key}{MARK}{source}")
 }
 
+/// The topic of a source partition named `topic/partition`.
+fn topic_of(source: &str) -> &str {
+    source.rsplit_once('/').map_or(source, |(topic, _)| topic)
+}
+
 /// What separates an exchange partition from the source partition in a mark entry.
 const MARK: &str = "#from=";
 
@@ -408,8 +418,9 @@ pub struct ExchangeFormat<F: Format> {
     marks: BTreeMap<(String, i32, String), (i64, i32)>,
     /// Per (exchange topic, partition, source partition): the largest source clock heard.
     heard: BTreeMap<(String, i32, String), i64>,
-    /// Partitions of each source topic heard of, every one of which a clock waits for.
-    sources: BTreeMap<String, i32>,
+    /// Per (exchange topic, source topic heard of): its partitions, every one of which the
+    /// exchange's clocks wait for.
+    sources: BTreeMap<(String, String), i32>,
     /// Exchange partitions whose sources' clocks moved since the last take: (inbound, topic,
     /// partition).
     moved: std::collections::BTreeSet<(usize, Arc<str>, i32)>,
@@ -457,21 +468,23 @@ impl<F: Format> ExchangeFormat<F> {
     /// The clock of a partition of an exchange topic: the smallest clock of every partition
     /// of the source topics heard of; `None` until each has been heard.
     fn clock(&self, topic: &str, partition: i32) -> Option<i64> {
-        if self.sources.is_empty() {
-            return None;
-        }
-        let mut clock = i64::MAX;
-        for (source_topic, count) in &self.sources {
+        let mut clock = None;
+        for ((_, source_topic), count) in self
+            .sources
+            .iter()
+            .filter(|((exchange, _), _)| exchange == topic)
+        {
             for p in 0..*count {
                 let at = (
                     topic.to_string(),
                     partition,
                     floe_core::position_key(source_topic, p),
                 );
-                clock = clock.min(*self.heard.get(&at)?);
+                let heard = *self.heard.get(&at)?;
+                clock = Some(clock.map_or(heard, |c: i64| c.min(heard)));
             }
         }
-        Some(clock)
+        clock
     }
 
     fn take_record(&mut self, index: usize, record: &SourceRecord) -> Result<(), String> {
@@ -482,8 +495,11 @@ impl<F: Format> ExchangeFormat<F> {
             .ok_or("an exchange record's key must name its source partition")?
             .to_string();
         if let Some((clock, count)) = decode_clock(&record.payload) {
-            let topic = source.rsplit_once('/').map_or(source.as_str(), |(t, _)| t);
-            self.sources.insert(topic.to_string(), count);
+            let known = self
+                .sources
+                .entry((record.topic.to_string(), topic_of(&source).to_string()))
+                .or_insert(count);
+            *known = (*known).max(count);
             self.hear(index, record, &source, clock);
             return Ok(());
         }
@@ -607,12 +623,18 @@ impl<F: Format> Format for ExchangeFormat<F> {
     fn positions(&self) -> Positions {
         let mut positions = self.inner.positions();
         for ((topic, partition, source), clock) in &self.heard {
+            // With the partition count of the source's topic, so that a restart waits for
+            // the same sources: `clock/partitions`.
+            let count = self
+                .sources
+                .get(&(topic.clone(), topic_of(source).to_string()))
+                .map_or(String::new(), |n| format!("/{n}"));
             positions.insert(
                 format!(
                     "{}{HEARD}{source}",
                     floe_core::position_key(topic, *partition)
                 ),
-                clock.to_string(),
+                format!("{clock}{count}"),
             );
         }
         for ((topic, partition, source), (offset, item)) in &self.marks {
@@ -637,11 +659,20 @@ impl<F: Format> Format for ExchangeFormat<F> {
         for (key, value) in positions {
             if let Some((partition_key, source)) = key.split_once(HEARD)
                 && let Some((topic, partition)) = partition_key.rsplit_once('/')
-                && let (Ok(partition), Ok(clock)) = (partition.parse(), value.parse())
                 && self.inbound.iter().any(|i| i.topic == topic)
             {
-                self.heard
-                    .insert((topic.to_string(), partition, source.to_string()), clock);
+                let (clock, count) = value.split_once('/').unwrap_or((value, ""));
+                if let (Ok(partition), Ok(clock)) = (partition.parse(), clock.parse()) {
+                    self.heard
+                        .insert((topic.to_string(), partition, source.to_string()), clock);
+                }
+                if let Ok(count) = count.parse::<i32>() {
+                    let known = self
+                        .sources
+                        .entry((topic.to_string(), topic_of(source).to_string()))
+                        .or_insert(count);
+                    *known = (*known).max(count);
+                }
                 continue;
             }
             let Some((partition_key, source)) = key.split_once(MARK) else {

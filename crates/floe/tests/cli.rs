@@ -28,6 +28,7 @@ fn example_jobs_validate() {
         jobs.join("postgres-cdc.toml").to_str().unwrap(),
         jobs.join("debezium.toml").to_str().unwrap(),
         jobs.join("otlp-rollups.toml").to_str().unwrap(),
+        jobs.join("otlp-red.toml").to_str().unwrap(),
     ]);
     assert!(
         out.status.success(),

@@ -158,6 +158,7 @@ struct Promoted {
     service_namespace: Option<String>,
     service_instance_id: Option<String>,
     deployment_environment: Option<String>,
+    service_version: Option<String>,
 }
 
 impl Promoted {
@@ -182,6 +183,7 @@ impl Promoted {
             deployment_environment: found
                 .remove("deployment.environment.name")
                 .or_else(|| found.remove("deployment.environment")),
+            service_version: found.remove("service.version"),
         }
     }
 }
@@ -192,6 +194,7 @@ impl Context<'_> {
         row.str(self.promoted.service_namespace.as_deref());
         row.str(self.promoted.service_instance_id.as_deref());
         row.str(self.promoted.deployment_environment.as_deref());
+        row.str(self.promoted.service_version.as_deref());
         row.attributes(
             self.resource
                 .map(|r| r.attributes.as_slice())

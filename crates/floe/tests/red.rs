@@ -1,0 +1,200 @@
+//! The shipped RED recipe (`jobs/otlp-red.toml`) as a user runs it: the `floe` binary reads
+//! generated OTLP spans from a real Kafka topic of four partitions, selects the requests,
+//! re-keys them by service through an exchange and rolls them up per minute into
+//! `otel_red_1m`, through a real floe-catalog.
+//!
+//! Read back by DuckDB, `otel_red_1m` must be DuckDB's own computation over the landed raw
+//! spans (`otel_spans`) with the recipe's definitions — requests are SERVER, CONSUMER and root
+//! spans; errors are status ERROR or HTTP 5xx on SERVER spans — for every minute the final
+//! clock closed: one row per (window, service, span name, version, team), counts and errors
+//! exact (`EXCEPT ALL` both ways), and every latency quantile within the sketch's 1 %
+//! relative error of the exact quantile at the same rank.
+//!
+//! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use floe_core::position_of;
+use floe_otlp::generate::Generator;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::FutureRecord;
+
+mod support;
+use support::{committed, python, service, spawn_floe_with, start_catalog, temp_dir, terminate};
+
+const PARTITIONS: i32 = 4;
+const RECORDS: usize = 800;
+const REQUESTS: usize = 4;
+/// 2025-10-09T08:53:20Z, a minute boundary.
+const START_NS: u64 = 1_760_000_000_000_000_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
+async fn the_red_recipe_equals_duckdb_over_the_landed_spans() {
+    let brokers = service("FLOE_TEST_KAFKA_BROKERS");
+    service("FLOE_TEST_PYTHON");
+    let dir = temp_dir("red");
+    let (catalog, client) = start_catalog(&dir).await;
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let (topic, exchange) = (format!("red-{run}"), format!("red-x-{run}"));
+    support::create_topic(&brokers, &topic, PARTITIONS).await;
+
+    // Four minutes of traffic, a record every 300 ms of event time, spread over the partitions.
+    let producer = support::producer(&brokers);
+    let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
+    for j in 0..RECORDS {
+        let start = START_NS + j as u64 * 300_000_000;
+        let [traces, _logs] = Generator::new(j as u64, start).requests(REQUESTS);
+        let delivery = producer
+            .send(
+                FutureRecord::<(), [u8]>::to(&topic)
+                    .partition((j % PARTITIONS as usize) as i32)
+                    .payload(&traces.bytes),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+        ends.insert(delivery.partition, delivery.offset + 1);
+    }
+
+    let job = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../jobs/otlp-red.toml");
+    let text = std::fs::read_to_string(&job)
+        .unwrap()
+        .replace("interval = \"10s\"", "interval = \"1s\"")
+        // A topic of its own (earlier runs on the broker left theirs), read as traces.
+        .replace(
+            "topics = [\"otlp_spans\"]",
+            &format!("topics = [\"{topic}\"]\nsignals = {{ \"{topic}\" = \"traces\" }}\n#"),
+        );
+    let job = dir.join("otlp-red.toml");
+    std::fs::write(&job, text).unwrap();
+    let log = dir.join("floe.log");
+    let uri = catalog.uri();
+    let state = dir.join("state");
+    let child = spawn_floe_with(
+        &job,
+        &log,
+        &[
+            ("KAFKA_BROKERS", &brokers),
+            ("FLOE_EXCHANGE_TOPIC", &exchange),
+            ("FLOE_CATALOG_URI", &uri),
+            ("FLOE_NAMESPACE", "red"),
+            ("FLOE_STATE_DIR", state.to_str().unwrap()),
+        ],
+    );
+
+    // Caught up: the input committed to its end, then the exchange to the end it had then
+    // (a checkpoint's exchange records and clocks are in the topic before it commits).
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .unwrap();
+    let began = Instant::now();
+    let mut exchange_ends: Option<Vec<(i32, i64)>> = None;
+    loop {
+        let positions = committed(&client, "red", "otlp-red").await;
+        let input_done = ends
+            .iter()
+            .all(|(p, end)| position_of(&positions, &topic, *p) == Some(*end));
+        if input_done && exchange_ends.is_none() {
+            exchange_ends = Some(
+                (0..12)
+                    .map(|p| {
+                        let (_, high) = consumer
+                            .fetch_watermarks(&exchange, p, Duration::from_secs(10))
+                            .unwrap();
+                        (p, high)
+                    })
+                    .collect(),
+            );
+        }
+        if let Some(x) = &exchange_ends
+            && x.iter()
+                .all(|(p, end)| *end == 0 || position_of(&positions, &exchange, *p) == Some(*end))
+        {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(240),
+            "the job did not catch up: {positions:?}; log {}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    terminate(child);
+
+    let location = |table: &str| {
+        let ident = iceberg::TableIdent::from_strs(["red", table]).unwrap();
+        let client = client.clone();
+        async move {
+            client
+                .load_table(&ident)
+                .await
+                .unwrap()
+                .metadata_location
+                .unwrap()
+        }
+    };
+    let spans = location("otel_spans").await;
+    let red = location("otel_red_1m").await;
+    let out = python(&format!(
+        r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE spans AS SELECT * FROM iceberg_scan('{spans}')")
+con.sql("CREATE TABLE got AS SELECT epoch_us(window_start) AS start_us, service_name, span_name, service_version, team, requests, errors, p50_ns, p95_ns, p99_ns FROM iceberg_scan('{red}')")
+con.sql('''CREATE TABLE requests AS SELECT (epoch_us(ts) // 60000000) * 60000000 AS start_us,
+    service_name, span_name, coalesce(service_version, '') AS service_version,
+    coalesce(resource_attributes['team'], '') AS team, duration_ns,
+    CASE WHEN status_code = 'ERROR' OR (span_kind = 'SERVER' AND coalesce(
+      TRY_CAST(span_attributes['http.response.status_code'] AS INT),
+      TRY_CAST(span_attributes['http.status_code'] AS INT), 0) >= 500) THEN 1 ELSE 0 END AS error
+  FROM spans WHERE span_kind IN ('SERVER', 'CONSUMER') OR is_root''')
+clock = con.sql("SELECT min(m) FROM (SELECT max(epoch_us(ts)) AS m FROM spans GROUP BY kafka_partition)").fetchone()[0]
+con.sql(f'''CREATE TABLE expected AS SELECT start_us, service_name, span_name, service_version, team,
+    count(*) AS requests, sum(error) AS errors, list_sort(list(duration_ns)) AS d
+  FROM requests GROUP BY ALL HAVING start_us + 60000000 <= {{clock}} - 5000000''')
+one = lambda q: con.sql(q).fetchone()[0]
+keys = "start_us, service_name, span_name, service_version, team, requests, errors"
+print(one("SELECT count(*) FROM got"),
+      one("SELECT count(*) FROM (SELECT DISTINCT start_us, service_name, span_name, service_version, team FROM got)"),
+      one(f"SELECT count(*) FROM (SELECT {{keys}} FROM expected EXCEPT ALL SELECT {{keys}} FROM got)"),
+      one(f"SELECT count(*) FROM (SELECT {{keys}} FROM got EXCEPT ALL SELECT {{keys}} FROM expected)"),
+      one("SELECT sum(errors) FROM got"),
+      one("SELECT count(*) FROM got WHERE service_version = '1.0.0' AND team = 'shop-core'"),
+      one('''SELECT count(*) FROM got JOIN expected USING (start_us, service_name, span_name, service_version, team)
+             WHERE abs(p50_ns - d[floor(0.5 * (len(d) - 1))::INT + 1]) > 0.0101 * d[floor(0.5 * (len(d) - 1))::INT + 1]
+                OR abs(p95_ns - d[floor(0.95 * (len(d) - 1))::INT + 1]) > 0.0101 * d[floor(0.95 * (len(d) - 1))::INT + 1]
+                OR abs(p99_ns - d[floor(0.99 * (len(d) - 1))::INT + 1]) > 0.0101 * d[floor(0.99 * (len(d) - 1))::INT + 1]'''))
+"#
+    ));
+    let cells: Vec<i64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
+    let [rows, keys, missing, extra, errors, tagged, off] = cells[..] else {
+        panic!("{out}");
+    };
+    eprintln!("otel_red_1m: {rows} rows, {errors} errors");
+    assert!(rows > 0, "otel_red_1m is empty; log {}", log.display());
+    assert_eq!(
+        rows, keys,
+        "one row per (window, service, endpoint, version, team)"
+    );
+    assert_eq!(
+        (missing, extra),
+        (0, 0),
+        "requests and errors per minute are DuckDB's over the landed spans"
+    );
+    assert!(
+        errors > 0,
+        "the generator's failed requests count as errors"
+    );
+    assert_eq!(tagged, rows, "every row carries the deploy and the team");
+    assert_eq!(
+        off, 0,
+        "quantiles within the sketch's 1 % of the exact ones"
+    );
+    catalog.stop().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
