@@ -429,6 +429,18 @@ pub struct ExchangeFormat<F: Format> {
 }
 
 impl<F: Format> ExchangeFormat<F> {
+    /// The (exchange topic, partition, source partition) of a position entry `key` of kind
+    /// `separator` ([`MARK`] or [`HEARD`]) of one of this format's exchanges.
+    fn entry_of<'k>(&self, key: &'k str, separator: &str) -> Option<(&'k str, i32, &'k str)> {
+        let (partition_key, source) = key.split_once(separator)?;
+        let (topic, partition) = partition_key.rsplit_once('/')?;
+        let partition = partition.parse().ok()?;
+        self.inbound
+            .iter()
+            .any(|i| i.topic == topic)
+            .then_some((topic, partition, source))
+    }
+
     /// `inner` plus the output streams of `exchanges`.
     pub fn new(inner: F, exchanges: &[Exchange]) -> Self {
         let inner_streams = inner.streams().len();
@@ -657,12 +669,9 @@ impl<F: Format> Format for ExchangeFormat<F> {
         self.moved.clear();
         self.told.clear();
         for (key, value) in positions {
-            if let Some((partition_key, source)) = key.split_once(HEARD)
-                && let Some((topic, partition)) = partition_key.rsplit_once('/')
-                && self.inbound.iter().any(|i| i.topic == topic)
-            {
+            if let Some((topic, partition, source)) = self.entry_of(key, HEARD) {
                 let (clock, count) = value.split_once('/').unwrap_or((value, ""));
-                if let (Ok(partition), Ok(clock)) = (partition.parse(), clock.parse()) {
+                if let Ok(clock) = clock.parse() {
                     self.heard
                         .insert((topic.to_string(), partition, source.to_string()), clock);
                 }
@@ -673,19 +682,9 @@ impl<F: Format> Format for ExchangeFormat<F> {
                         .or_insert(count);
                     *known = (*known).max(count);
                 }
-                continue;
-            }
-            let Some((partition_key, source)) = key.split_once(MARK) else {
-                continue;
-            };
-            let (Some((topic, partition)), Some((offset, item))) =
-                (partition_key.rsplit_once('/'), value.split_once(':'))
-            else {
-                continue;
-            };
-            if let (Ok(partition), Ok(offset), Ok(item)) =
-                (partition.parse(), offset.parse(), item.parse())
-                && self.inbound.iter().any(|i| i.topic == topic)
+            } else if let Some((topic, partition, source)) = self.entry_of(key, MARK)
+                && let Some((offset, item)) = value.split_once(':')
+                && let (Ok(offset), Ok(item)) = (offset.parse(), item.parse())
             {
                 self.marks.insert(
                     (topic.to_string(), partition, source.to_string()),

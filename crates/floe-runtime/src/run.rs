@@ -492,19 +492,22 @@ impl<R: Reader> Job<R> {
         }
     }
 
+    /// The partitions this writer reads, by name: the scope of its fencing, state and clocks.
+    fn held_partitions(&self) -> BTreeSet<String> {
+        self.reader
+            .positions()
+            .keys()
+            .map(|k| partition_of_entry(k).to_string())
+            .collect()
+    }
+
     /// Loads the committed state of the partitions this writer reads.
     async fn restore_state(&mut self, reset: &BTreeSet<String>) -> LakeResult<()> {
         let Some(sink) = self.state_sink else {
             return Ok(());
         };
         self.pipeline.clear()?;
-        let owned: BTreeSet<String> = self
-            .reader
-            .positions()
-            .keys()
-            .map(|k| partition_of_entry(k).to_string())
-            .collect();
-        let owned: Vec<String> = owned.into_iter().collect();
+        let owned: Vec<String> = self.held_partitions().into_iter().collect();
         let began = Instant::now();
         let table = self.client.load_table(&self.landed[sink].ident).await?;
         let ids = self.pipeline.ids();
@@ -580,12 +583,7 @@ impl<R: Reader> Job<R> {
         // Fencing compares the anchor's values of every entry of the partitions this writer
         // holds (positions, sequence watermarks, operators' watermarks).
         let job = job.unwrap_or_default();
-        let held: BTreeSet<String> = self
-            .reader
-            .positions()
-            .keys()
-            .map(|k| partition_of_entry(k).to_string())
-            .collect();
+        let held = self.held_partitions();
         self.start = job
             .iter()
             .filter(|(k, _)| held.contains(partition_of_entry(k)))
@@ -831,12 +829,7 @@ impl<R: Reader> Job<R> {
         };
         self.sinks.write(inputs).await?;
         let closings = self.sinks.close().await?;
-        let held: BTreeSet<String> = self
-            .reader
-            .positions()
-            .keys()
-            .map(|k| partition_of_entry(k).to_string())
-            .collect();
+        let held = self.held_partitions();
         // The checkpoint's exchange records — and its sources' clocks — are in their topics
         // before it commits.
         if let Some(outbound) = self.outbound.as_mut() {

@@ -28,7 +28,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
-use floe_core::position_of;
 use floe_lake::rest::CatalogClient;
 use floe_otlp::generate::Generator;
 use rand::Rng;
@@ -38,8 +37,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 mod support;
 use support::{
-    anchor_writers, committed, kills, python, service, spawn_floe, start_catalog, temp_dir,
-    terminate,
+    anchor_writers, kills, python, service, spawn_floe, start_catalog, temp_dir, terminate,
 };
 
 const PARTITIONS: i32 = 4;
@@ -142,37 +140,18 @@ impl Fixture {
         s.produced = upto.min(RECORDS);
     }
 
-    /// Waits until the committed positions reach the end of every input partition, and then
-    /// the end of every exchange partition (final by then: a checkpoint's exchange records
-    /// are in the topic before it commits).
     async fn wait_caught_up(&self, s: &Scenario) {
-        let began = Instant::now();
-        let mut exchange_ends: Option<BTreeMap<i32, i64>> = None;
-        loop {
-            let positions = committed(&self.client, s.name, "xjob").await;
-            let input_done = s
-                .ends
-                .iter()
-                .all(|(p, end)| position_of(&positions, &s.topic, *p) == Some(*end));
-            if input_done && exchange_ends.is_none() {
-                exchange_ends = Some(self.high_watermarks(&s.exchange_topic));
-            }
-            if let Some(ends) = &exchange_ends
-                && ends.iter().all(|(p, end)| {
-                    *end == 0 || position_of(&positions, &s.exchange_topic, *p) == Some(*end)
-                })
-            {
-                return;
-            }
-            assert!(
-                began.elapsed() < Duration::from_secs(240),
-                "{}: the job did not catch up: {positions:?} vs {:?} / {exchange_ends:?}; log: {}",
-                s.name,
-                s.ends,
-                s.log().display()
-            );
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        let log = s.log();
+        let job = support::ExchangeJob {
+            brokers: &self.brokers,
+            namespace: s.name,
+            job: "xjob",
+            topic: &s.topic,
+            ends: &s.ends,
+            exchange: &s.exchange_topic,
+            log: &log,
+        };
+        support::wait_through_exchange(&self.client, &job).await;
     }
 
     fn consumer(&self) -> BaseConsumer {
@@ -184,21 +163,9 @@ impl Fixture {
             .unwrap()
     }
 
-    fn high_watermarks(&self, topic: &str) -> BTreeMap<i32, i64> {
-        let consumer = self.consumer();
-        (0..EXCHANGE_PARTITIONS)
-            .map(|p| {
-                let (_, high) = consumer
-                    .fetch_watermarks(topic, p, Duration::from_secs(10))
-                    .unwrap();
-                (p, high)
-            })
-            .collect()
-    }
-
     /// Every row of the exchange topic: (partition, service) pairs, and the row count.
     fn exchanged_rows(&self, topic: &str) -> (BTreeMap<String, BTreeSet<i32>>, usize) {
-        let ends = self.high_watermarks(topic);
+        let ends = support::topic_ends(&self.brokers, topic);
         let consumer = self.consumer();
         let mut assignment = TopicPartitionList::new();
         for p in 0..EXCHANGE_PARTITIONS {
@@ -250,13 +217,7 @@ impl Fixture {
     }
 
     async fn location(&self, namespace: &str, table: &str) -> String {
-        let ident = iceberg::TableIdent::from_strs([namespace, table]).unwrap();
-        self.client
-            .load_table(&ident)
-            .await
-            .unwrap()
-            .metadata_location
-            .unwrap()
+        support::metadata_location(&self.client, namespace, table).await
     }
 
     /// DuckDB: (spans landed, exchanged rows, spans not exchanged, exchanged rows not in the

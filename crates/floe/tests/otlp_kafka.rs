@@ -299,18 +299,8 @@ impl Fixture {
     /// Checks with DuckDB that every span and log record landed exactly once and every bad
     /// record was dead-lettered once; returns how many writers committed.
     async fn verify(&self) -> usize {
-        let location = |name: &str| {
-            let ident = iceberg::TableIdent::from_strs(["chaos", name]).unwrap();
-            let client = &self.client;
-            async move {
-                client
-                    .load_table(&ident)
-                    .await
-                    .unwrap()
-                    .metadata_location
-                    .unwrap()
-            }
-        };
+        let location =
+            async |name: &str| support::metadata_location(&self.client, "chaos", name).await;
         let writers = anchor_writers(&self.client, "chaos").await;
         let spans = location("otel_spans").await;
         let logs = location("otel_logs").await;

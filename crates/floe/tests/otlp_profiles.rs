@@ -174,15 +174,7 @@ async fn profiles_land_with_their_stacks_and_join_their_spans() {
     }
     terminate(child);
 
-    let location = async |table: &str| {
-        let ident = iceberg::TableIdent::from_strs(["prof", table]).unwrap();
-        client
-            .load_table(&ident)
-            .await
-            .unwrap()
-            .metadata_location
-            .unwrap()
-    };
+    let location = async |table: &str| support::metadata_location(&client, "prof", table).await;
     let (profiles, spans, dead) = (
         location("otel_profiles").await,
         location("otel_spans").await,

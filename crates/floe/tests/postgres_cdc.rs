@@ -28,7 +28,8 @@ use iceberg::{NamespaceIdent, TableIdent};
 use rand::Rng;
 
 mod support;
-use support::pg::{Fixture, compare, job_file, metadata_location, wait_caught_up};
+use support::metadata_location;
+use support::pg::{Fixture, compare, job_file, wait_caught_up};
 use support::{free_port, http_get, kills, python, spawn_floe, terminate};
 
 const SCHEMA: &str = "
@@ -641,7 +642,7 @@ async fn tls_sessions_verify_the_server_certificate() {
         .unwrap();
     wait_caught_up(db, client, &mut child, &log).await;
     terminate(child);
-    let location = metadata_location(client, "notes").await;
+    let location = metadata_location(client, "app", "notes").await;
     let out = python(&format!(
         "import duckdb_offline\ncon = duckdb_offline.connect()\n\
          print(*con.sql(\"SELECT count(*), count(*) FILTER (WHERE body = 'changed') FROM iceberg_scan('{location}')\").fetchone())"

@@ -14,16 +14,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use floe_core::position_of;
 use floe_otlp::generate::Generator;
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureRecord;
 
 mod support;
-use support::{committed, python, service, spawn_floe_with, start_catalog, temp_dir, terminate};
+use support::{python, service, spawn_floe_with, start_catalog, temp_dir, terminate};
 
 const PARTITIONS: i32 = 4;
 const RECORDS: usize = 800;
@@ -87,58 +84,19 @@ async fn the_red_recipe_equals_duckdb_over_the_landed_spans() {
         ],
     );
 
-    // Caught up: the input committed to its end, then the exchange to the end it had then
-    // (a checkpoint's exchange records and clocks are in the topic before it commits).
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &brokers)
-        .create()
-        .unwrap();
-    let began = Instant::now();
-    let mut exchange_ends: Option<Vec<(i32, i64)>> = None;
-    loop {
-        let positions = committed(&client, "red", "otlp-red").await;
-        let input_done = ends
-            .iter()
-            .all(|(p, end)| position_of(&positions, &topic, *p) == Some(*end));
-        if input_done && exchange_ends.is_none() {
-            exchange_ends = Some(
-                (0..12)
-                    .map(|p| {
-                        let (_, high) = consumer
-                            .fetch_watermarks(&exchange, p, Duration::from_secs(10))
-                            .unwrap();
-                        (p, high)
-                    })
-                    .collect(),
-            );
-        }
-        if let Some(x) = &exchange_ends
-            && x.iter()
-                .all(|(p, end)| *end == 0 || position_of(&positions, &exchange, *p) == Some(*end))
-        {
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(240),
-            "the job did not catch up: {positions:?}; log {}",
-            log.display()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    let job = support::ExchangeJob {
+        brokers: &brokers,
+        namespace: "red",
+        job: "otlp-red",
+        topic: &topic,
+        ends: &ends,
+        exchange: &exchange,
+        log: &log,
+    };
+    support::wait_through_exchange(&client, &job).await;
     terminate(child);
 
-    let location = |table: &str| {
-        let ident = iceberg::TableIdent::from_strs(["red", table]).unwrap();
-        let client = client.clone();
-        async move {
-            client
-                .load_table(&ident)
-                .await
-                .unwrap()
-                .metadata_location
-                .unwrap()
-        }
-    };
+    let location = async |table: &str| support::metadata_location(&client, "red", table).await;
     let spans = location("otel_spans").await;
     let red = location("otel_red_1m").await;
     let out = python(&format!(

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -417,4 +418,81 @@ pub(crate) fn producer(brokers: &str) -> rdkafka::producer::FutureProducer {
         .set("linger.ms", "5")
         .create()
         .unwrap()
+}
+
+/// The metadata location of table `namespace.table` (panics if it does not exist).
+pub(crate) async fn metadata_location(
+    client: &CatalogClient,
+    namespace: &str,
+    table: &str,
+) -> String {
+    let ident = iceberg::TableIdent::from_strs([namespace, table]).unwrap();
+    client
+        .load_table(&ident)
+        .await
+        .unwrap()
+        .metadata_location
+        .unwrap()
+}
+
+/// The end (high watermark) of every partition of Kafka topic `topic`.
+pub(crate) fn topic_ends(brokers: &str, topic: &str) -> BTreeMap<i32, i64> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let timeout = Duration::from_secs(10);
+    let metadata = consumer.fetch_metadata(Some(topic), timeout).unwrap();
+    let partitions = metadata.topics()[0].partitions().len() as i32;
+    (0..partitions)
+        .map(|p| (p, consumer.fetch_watermarks(topic, p, timeout).unwrap().1))
+        .collect()
+}
+
+/// One job reading `topic` (its partitions' ends in `ends`) and re-keying through
+/// `exchange`, as [`wait_through_exchange`] watches it.
+pub(crate) struct ExchangeJob<'a> {
+    pub brokers: &'a str,
+    pub namespace: &'a str,
+    pub job: &'a str,
+    pub topic: &'a str,
+    pub ends: &'a BTreeMap<i32, i64>,
+    pub exchange: &'a str,
+    pub log: &'a Path,
+}
+
+/// Waits until the job's committed positions reach the end of every input partition, and
+/// then the end every exchange partition had by then (final: a checkpoint's exchange records
+/// and clocks are in the topic before it commits). Panics after four minutes.
+pub(crate) async fn wait_through_exchange(client: &CatalogClient, job: &ExchangeJob<'_>) {
+    use floe_core::position_of;
+    let began = Instant::now();
+    let mut exchange_ends: Option<BTreeMap<i32, i64>> = None;
+    loop {
+        let positions = committed(client, job.namespace, job.job).await;
+        let input_done = job
+            .ends
+            .iter()
+            .all(|(p, end)| position_of(&positions, job.topic, *p) == Some(*end));
+        if input_done && exchange_ends.is_none() {
+            exchange_ends = Some(topic_ends(job.brokers, job.exchange));
+        }
+        if let Some(ends) = &exchange_ends
+            && ends.iter().all(|(p, end)| {
+                *end == 0 || position_of(&positions, job.exchange, *p) == Some(*end)
+            })
+        {
+            return;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(240),
+            "{}/{}: the job did not catch up: {positions:?} vs {:?} / {exchange_ends:?}; log: {}",
+            job.namespace,
+            job.job,
+            job.ends,
+            job.log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use floe_lake::rest::CatalogClient;
 use futures::StreamExt;
-use iceberg::{NamespaceIdent, TableIdent};
 
 use super::{
     PgAddress, committed, pg_connect, python, service, slot_confirmed, start_catalog, temp_dir,
@@ -207,18 +206,6 @@ pub(crate) fn job_file(dir: &Path, db: &Database, catalog: &str, extra: &str) ->
     path
 }
 
-pub(crate) async fn metadata_location(client: &CatalogClient, table: &str) -> String {
-    client
-        .load_table(&TableIdent::new(
-            NamespaceIdent::new("app".into()),
-            table.into(),
-        ))
-        .await
-        .unwrap()
-        .metadata_location
-        .unwrap()
-}
-
 /// Compares each table in Postgres and in Iceberg (DuckDB): returns `(rows, missing,
 /// unexpected)` per table — the EXCEPT both ways.
 pub(crate) async fn compare(
@@ -271,7 +258,7 @@ pub(crate) async fn differences(
     for (table, iceberg) in tables {
         let file = dir.join(format!("{table}.pg"));
         db.export(table, &file).await;
-        let location = metadata_location(client, iceberg).await;
+        let location = super::metadata_location(client, "app", iceberg).await;
         script.push_str(&format!(
             "con.sql(\"CREATE OR REPLACE TABLE pg AS SELECT r FROM read_csv('{}', header=false, \
              columns={{'r': 'VARCHAR'}}, delim='\\x01', quote='', escape='')\")\n\
