@@ -57,17 +57,31 @@ pub const SOURCE_CLOCK_COLUMN: &str = "__source_clock";
 /// selected from it (its value: the exchange's id). It is also set on their tables.
 pub const EXCHANGED_FROM: &str = "floe.exchanged-from";
 
+/// The property that, beside [`EXCHANGED_FROM`], names the exchange's key columns
+/// (comma-separated): every row with the same values of them is in one partition.
+pub const EXCHANGED_BY: &str = "floe.exchanged-by";
+
+/// The key columns rows of `stream` were exchanged by, if it was read back from an exchange.
+pub fn exchange_key(stream: &crate::StreamSpec) -> Option<Vec<String>> {
+    stream
+        .properties
+        .iter()
+        .find(|(k, _)| k == EXCHANGED_BY)
+        .map(|(_, v)| v.split(',').map(str::to_string).collect())
+}
+
 /// Whether `stream`'s rows were read back from an exchange.
 pub fn is_exchanged(stream: &crate::StreamSpec) -> bool {
     stream.properties.iter().any(|(k, _)| k == EXCHANGED_FROM)
 }
 
-/// The [`EXCHANGED_FROM`] property of `stream`, for a stream derived from it row by row.
+/// The [`EXCHANGED_FROM`] and [`EXCHANGED_BY`] properties of `stream`, for a stream derived
+/// from it row by row.
 pub fn exchanged_property(stream: &crate::StreamSpec) -> Vec<(String, String)> {
     stream
         .properties
         .iter()
-        .filter(|(k, _)| k == EXCHANGED_FROM)
+        .filter(|(k, _)| k == EXCHANGED_FROM || k == EXCHANGED_BY)
         .cloned()
         .collect()
 }

@@ -39,6 +39,23 @@
 //! partitions = 12               # of the topic: the most replicas the output can spread over
 //! topic = "floe.otlp.by_service"   # default floe.<job>.<id>
 //! retention = "7d"              # how long the topic keeps records (default 7d)
+//!
+//! [[operators]]
+//! id = "slo"
+//! kind = "slo"                  # error budgets and burn rates of the [[slos]] (floe_ops::slo)
+//! input = "by_service"          # requests, exchanged by service
+//! output = "slo_status"         # default: the id
+//! allowed_lateness = "1m"       # a minute is evaluated this long after it ends
+//! # columns (defaults): service_column = "service_name", endpoint_column = "span_name",
+//! #   error_column = "error", duration_column = "duration_ns"
+//!
+//! [[slos]]
+//! name = "checkout-availability"
+//! service = "checkout"
+//! endpoint = "POST /checkout"   # optional: every endpoint of the service
+//! objective = "availability"    # or "latency", with threshold = "300ms"
+//! target = 99.9                 # percent of requests good
+//! period = "30d"                # the error budget's period (default 30d)
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -51,6 +68,7 @@ use toml::Spanned;
 
 use crate::Operator;
 use crate::aggregate::{Aggregate, parse_aggregate};
+use crate::slo::{Objective, Sli, Slo, SloSpec};
 use crate::sql::Sql;
 use crate::window::{Window, WindowKind, WindowSpec};
 
@@ -117,10 +135,40 @@ pub struct RawOperator {
     pub retention: Option<Text>,
     /// `exchange`: copies of each partition (default: the brokers' default).
     pub replication: Option<Spanned<i64>>,
+    /// `slo`: the column naming the service (default `service_name`).
+    pub service_column: Option<Text>,
+    /// `slo`: the column naming the endpoint (default `span_name`).
+    pub endpoint_column: Option<Text>,
+    /// `slo`: the column that is non-zero for a failed request (default `error`).
+    pub error_column: Option<Text>,
+    /// `slo`: the column of a request's duration in ns (default `duration_ns`).
+    pub duration_column: Option<Text>,
     /// `window`: output column → aggregate (`count()`, `sum(col)`, `min(col)`, `max(col)`,
     /// `avg(col)`, `count_distinct(col)`, `quantile(col, q)`).
     #[serde(default)]
     pub aggregates: BTreeMap<String, Text>,
+}
+
+/// `[[slos]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSlo {
+    /// Unique in the job.
+    pub name: Option<Text>,
+    /// The service whose requests count.
+    pub service: Option<Text>,
+    /// Only this endpoint's requests (default: all of the service's).
+    pub endpoint: Option<Text>,
+    /// `availability` or `latency`.
+    pub objective: Option<Text>,
+    /// `latency`: a good request takes at most this long.
+    pub threshold: Option<Text>,
+    /// Percent of requests that must be good (e.g. 99.9).
+    pub target: Option<Spanned<f64>>,
+    /// The error budget's period (default `30d`).
+    pub period: Option<Text>,
+    /// The `slo` operator that evaluates it (default: the job's only one).
+    pub operator: Option<Text>,
 }
 
 /// A stream's event-time settings.
@@ -146,6 +194,8 @@ pub enum OperatorKind {
     },
     /// `window`.
     Window(WindowSpec),
+    /// `slo`.
+    Slo(SloSpec),
     /// `exchange`: not an operator of the pipeline — its input's rows go to a topic, and the
     /// job's reader reads them back as its output stream (the runtime's `exchange` module).
     Exchange(ExchangeConfig),
@@ -188,13 +238,14 @@ pub struct OperatorConfig {
 impl OperatorConfig {
     /// Whether it keeps state.
     pub fn stateful(&self) -> bool {
-        matches!(self.kind, OperatorKind::Window(_))
+        matches!(self.kind, OperatorKind::Window(_) | OperatorKind::Slo(_))
     }
 
     /// For a stateful operator, the digest of everything its stored state depends on.
     pub fn fingerprint(&self) -> Option<String> {
         match &self.kind {
             OperatorKind::Window(w) => Some(w.fingerprint()),
+            OperatorKind::Slo(spec) => Some(spec.fingerprint()),
             OperatorKind::Sql { .. } | OperatorKind::Exchange(_) => None,
         }
     }
@@ -210,6 +261,7 @@ impl OperatorConfig {
                 predicate.clone(),
             )?),
             OperatorKind::Window(spec) => Box::new(Window::new(spec.clone(), input)?),
+            OperatorKind::Slo(spec) => Box::new(Slo::new(spec.clone(), input)?),
             OperatorKind::Exchange(_) => {
                 return Err("an exchange is the reader's, not an operator of the pipeline".into());
             }
@@ -239,6 +291,16 @@ impl OperatorConfig {
                 x.partitions,
                 x.topic.as_deref().unwrap_or("floe.<job>.<id>")
             ),
+            OperatorKind::Slo(spec) => {
+                let names: Vec<&str> = spec.objectives.iter().map(|o| o.name.as_str()).collect();
+                format!(
+                    "slo on {}: {} (out of order {}, lateness {})",
+                    spec.time_column,
+                    names.join(", "),
+                    micros_text(spec.out_of_orderness),
+                    micros_text(spec.allowed_lateness)
+                )
+            }
             OperatorKind::Window(w) => {
                 let shape = match w.kind {
                     WindowKind::Tumbling { size } => format!("tumbling {}", micros_text(size)),
@@ -297,6 +359,7 @@ pub fn check_pipeline(
     c: &mut Checker<'_>,
     raw_streams: &BTreeMap<Text, RawStream>,
     raw_operators: &[Spanned<RawOperator>],
+    raw_slos: &[Spanned<RawSlo>],
     source: Option<&[StreamSpec]>,
 ) -> Pipeline {
     let is_source = |name: &str| match source {
@@ -328,7 +391,7 @@ pub fn check_pipeline(
         let Some(kind_value) = &raw.kind else {
             c.at(
                 id_value,
-                format!("operator {id} needs a `kind`: filter, select or window"),
+                format!("operator {id} needs a `kind`: filter, select, window, exchange or slo"),
             );
             continue;
         };
@@ -347,6 +410,12 @@ pub fn check_pipeline(
                 );
             }
         };
+        if kind_name != "slo" {
+            not_for(c, "service_column", raw.service_column.is_some());
+            not_for(c, "endpoint_column", raw.endpoint_column.is_some());
+            not_for(c, "error_column", raw.error_column.is_some());
+            not_for(c, "duration_column", raw.duration_column.is_some());
+        }
         if kind_name != "exchange" {
             not_for(c, "partitions", raw.partitions.is_some());
             not_for(c, "topic", raw.topic.is_some());
@@ -406,19 +475,49 @@ pub fn check_pipeline(
                     None => continue,
                 }
             }
+            "slo" => {
+                not_for(c, "where", raw.predicate.is_some());
+                not_for(c, "columns", raw.columns.is_some());
+                not_for(c, "window", raw.window.is_some());
+                not_for(c, "key", raw.key.is_some());
+                not_for(c, "aggregates", !raw.aggregates.is_empty());
+                let column = |c: &mut Checker<'_>, v: &Option<Text>, default: &str| {
+                    c.opt(v.as_ref()).unwrap_or_else(|| default.to_string())
+                };
+                OperatorKind::Slo(SloSpec {
+                    id: id.clone(),
+                    // Resolved against the input stream by `resolve_time`.
+                    time_column: c.opt(raw.time_column.as_ref()).unwrap_or_default(),
+                    out_of_orderness: 0,
+                    allowed_lateness: c
+                        .duration_or_zero(raw.allowed_lateness.as_ref(), Duration::ZERO)
+                        .as_micros() as i64,
+                    service_column: column(c, &raw.service_column, "service_name"),
+                    endpoint_column: column(c, &raw.endpoint_column, "span_name"),
+                    error_column: column(c, &raw.error_column, "error"),
+                    duration_column: column(c, &raw.duration_column, "duration_ns"),
+                    objectives: Vec::new(), // from [[slos]], below
+                    output: output.clone(),
+                    late_output: c
+                        .opt(raw.late_output.as_ref())
+                        .unwrap_or_else(|| format!("{output}_late")),
+                })
+            }
             other => {
                 c.at(
                     kind_value,
                     format!(
-                        "there is no operator kind {other:?}; use filter, select, window or exchange"
+                        "there is no operator kind {other:?}; use filter, select, window, exchange or slo"
                     ),
                 );
                 continue;
             }
         };
         let mut outputs = vec![output];
-        if let OperatorKind::Window(w) = &kind {
-            outputs.push(w.late_output.clone());
+        match &kind {
+            OperatorKind::Window(w) => outputs.push(w.late_output.clone()),
+            OperatorKind::Slo(spec) => outputs.push(spec.late_output.clone()),
+            _ => {}
         }
         for out in &outputs {
             if !name_ok(out) {
@@ -480,8 +579,9 @@ pub fn check_pipeline(
             (0..operators.len()).collect()
         }
     };
-    let operators: Vec<OperatorConfig> =
+    let mut operators: Vec<OperatorConfig> =
         order.into_iter().map(|i| operators[i].0.clone()).collect();
+    assign_slos(c, &mut operators, raw_slos);
 
     let mut streams = BTreeMap::new();
     for (name, raw) in raw_streams {
@@ -505,6 +605,160 @@ pub fn check_pipeline(
         );
     }
     Pipeline { operators, streams }
+}
+
+/// Checks `[[slos]]` and gives each to its `slo` operator; every `slo` operator needs one.
+fn assign_slos(
+    c: &mut Checker<'_>,
+    operators: &mut [OperatorConfig],
+    raw_slos: &[Spanned<RawSlo>],
+) {
+    let slo_ops: Vec<String> = operators
+        .iter()
+        .filter(|o| matches!(o.kind, OperatorKind::Slo(_)))
+        .map(|o| o.id.clone())
+        .collect();
+    let mut names = BTreeSet::new();
+    for spanned in raw_slos {
+        let raw = spanned.get_ref();
+        let Some(name_value) = &raw.name else {
+            c.at(spanned, "an SLO needs a `name`");
+            continue;
+        };
+        let name = c.text(name_value);
+        if !name_ok(&name) {
+            c.at(
+                name_value,
+                "an SLO name is letters, digits, '_', '-' or '.'",
+            );
+        } else if !names.insert(name.clone()) {
+            c.at(name_value, format!("two SLOs are named {name}"));
+        }
+        let Some(service) = c.opt(raw.service.as_ref()) else {
+            c.at(
+                name_value,
+                format!("SLO {name} needs the `service` it is for"),
+            );
+            continue;
+        };
+        let sli = match c.opt(raw.objective.as_ref()).as_deref() {
+            Some("availability") => {
+                if let Some(t) = &raw.threshold {
+                    c.at(
+                        t,
+                        "an availability objective has no `threshold` (latency ones do)",
+                    );
+                }
+                Sli::Availability
+            }
+            Some("latency") => {
+                let Some(t) = &raw.threshold else {
+                    c.at(
+                        name_value,
+                        format!("SLO {name} is a latency objective: give its `threshold`, e.g. \"300ms\""),
+                    );
+                    continue;
+                };
+                Sli::Latency {
+                    threshold_ns: c.duration(Some(t), Duration::from_millis(300)).as_nanos() as i64,
+                }
+            }
+            other => {
+                let at = raw
+                    .objective
+                    .as_ref()
+                    .map_or(name_value.span(), |o| o.span());
+                c.problem(
+                    Some(at),
+                    format!(
+                        "SLO {name}: `objective` is \"availability\" or \"latency\", not {other:?}"
+                    ),
+                );
+                continue;
+            }
+        };
+        let target = match &raw.target {
+            Some(t) if *t.get_ref() > 0.0 && *t.get_ref() < 100.0 => *t.get_ref() / 100.0,
+            Some(t) => {
+                c.at(
+                    t,
+                    "an SLO's `target` is a percentage above 0 and below 100, e.g. 99.9",
+                );
+                continue;
+            }
+            None => {
+                c.at(
+                    name_value,
+                    format!("SLO {name} needs its `target`, a percentage like 99.9"),
+                );
+                continue;
+            }
+        };
+        let period = c.duration(raw.period.as_ref(), Duration::from_secs(30 * 86_400));
+        if let Some(p) = &raw.period
+            && (!period.as_secs().is_multiple_of(60)
+                || period < Duration::from_secs(3600)
+                || period > Duration::from_secs(400 * 86_400))
+        {
+            c.at(p, "an SLO's `period` is whole minutes, from 1h to 400d");
+            continue;
+        }
+        let operator = match (c.opt(raw.operator.as_ref()), slo_ops.as_slice()) {
+            (Some(op), _) if slo_ops.contains(&op) => op,
+            (Some(op), _) => {
+                c.at(
+                    raw.operator.as_ref().expect("given"),
+                    format!("there is no slo operator {op} (slo operators: {slo_ops:?})"),
+                );
+                continue;
+            }
+            (None, [only]) => only.clone(),
+            (None, []) => {
+                c.at(
+                    name_value,
+                    format!(
+                        "SLO {name}: no operator evaluates it; add one with kind = \"slo\" \
+                         reading the requests"
+                    ),
+                );
+                continue;
+            }
+            (None, _) => {
+                c.at(
+                    name_value,
+                    format!(
+                        "SLO {name}: the job has several slo operators; say which with `operator`"
+                    ),
+                );
+                continue;
+            }
+        };
+        let objective = Objective {
+            name,
+            service,
+            endpoint: c.opt(raw.endpoint.as_ref()),
+            sli,
+            target,
+            period_minutes: (period.as_secs() / 60) as i64,
+        };
+        if let Some(OperatorKind::Slo(spec)) = operators
+            .iter_mut()
+            .find(|o| o.id == operator)
+            .map(|o| &mut o.kind)
+        {
+            spec.objectives.push(objective);
+        }
+    }
+    for op in operators.iter() {
+        if let OperatorKind::Slo(spec) = &op.kind
+            && spec.objectives.is_empty()
+        {
+            c.at_place(
+                &op.place,
+                format!("slo operator {}: no [[slos]] for it to evaluate", op.id),
+            );
+        }
+    }
 }
 
 /// Operator indices, producers first; `Err(cycle)` when inputs loop.
@@ -688,10 +942,16 @@ pub fn exchange_output(op: &OperatorConfig, input: &StreamSpec) -> Result<Stream
     Ok(StreamSpec {
         table: name.clone(),
         name,
-        properties: vec![(
-            floe_core::exchange::EXCHANGED_FROM.to_string(),
-            op.id.clone(),
-        )],
+        properties: vec![
+            (
+                floe_core::exchange::EXCHANGED_FROM.to_string(),
+                op.id.clone(),
+            ),
+            (
+                floe_core::exchange::EXCHANGED_BY.to_string(),
+                x.key.join(","),
+            ),
+        ],
         ..input.clone()
     })
 }
@@ -790,14 +1050,19 @@ pub fn resolve_time(pipeline: &mut Pipeline, source: &[StreamSpec]) -> Vec<(Stri
         .map(|o| lookup(&o.input, pipeline))
         .collect();
     for (op, time) in pipeline.operators.iter_mut().zip(times) {
-        if let OperatorKind::Window(w) = &mut op.kind {
-            w.out_of_orderness = time.out_of_orderness.as_micros() as i64;
-            w.idle_after = time.idle_after;
-            if w.time_column.is_empty() {
-                match time.time_column {
-                    Some(t) => w.time_column = t,
-                    None => missing.push((op.place.clone(), op.id.clone())),
-                }
+        let (column, ooo) = match &mut op.kind {
+            OperatorKind::Window(w) => {
+                w.idle_after = time.idle_after;
+                (&mut w.time_column, &mut w.out_of_orderness)
+            }
+            OperatorKind::Slo(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
+            _ => continue,
+        };
+        *ooo = time.out_of_orderness.as_micros() as i64;
+        if column.is_empty() {
+            match time.time_column {
+                Some(t) => *column = t,
+                None => missing.push((op.place.clone(), op.id.clone())),
             }
         }
     }

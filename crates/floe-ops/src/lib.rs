@@ -18,13 +18,15 @@
 //! * its stored encodings are stable across versions, and [`Operator::fingerprint`] changes
 //!   when a change to its configuration makes older state unreadable.
 //!
-//! Operators here: [`sql::Filter`] and [`sql::Select`] (DataFusion expressions, stateless)
-//! and [`window::Window`] (tumbling, sliding and session windows over event time, with
-//! mergeable aggregates and allowed lateness).
+//! Operators here: [`sql::Filter`] and [`sql::Select`] (DataFusion expressions, stateless),
+//! [`window::Window`] (tumbling, sliding and session windows over event time, with
+//! mergeable aggregates and allowed lateness) and [`slo::Slo`] (error budgets and burn-rate
+//! alerts per objective, on a window of its own).
 
 pub mod aggregate;
 pub mod codec;
 pub mod config;
+pub mod slo;
 pub mod sql;
 pub mod timers;
 pub mod window;
@@ -99,6 +101,19 @@ impl<'a> Context<'a> {
             emitted: Vec::new(),
             dead: Vec::new(),
             names,
+        }
+    }
+
+    /// A context for an operator inside this one (a part it is built from): the same state,
+    /// its own outputs and dead letters, which the outer operator takes with
+    /// [`finish`](Self::finish). The inner operator's state keys share the outer's.
+    pub(crate) fn nested(&mut self) -> Context<'_> {
+        Context {
+            state: self.state.as_deref_mut(),
+            operator: self.operator,
+            emitted: Vec::new(),
+            dead: Vec::new(),
+            names: self.names,
         }
     }
 

@@ -42,7 +42,8 @@ use floe_config::{Checker, ConfigErrors, Source, Text};
 use floe_core::StreamSpec;
 pub use floe_lake::tables::PartitionField;
 use floe_ops::config::{
-    OperatorKind, Pipeline, RawOperator, RawStream, check_pipeline, exchange_output, resolve_time,
+    OperatorKind, Pipeline, RawOperator, RawSlo, RawStream, check_pipeline, exchange_output,
+    resolve_time,
 };
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -101,6 +102,9 @@ struct RawJob<S> {
     /// The pipeline's operators.
     #[serde(default)]
     operators: Vec<Spanned<RawOperator>>,
+    /// Service level objectives, evaluated by the `slo` operator.
+    #[serde(default)]
+    slos: Vec<Spanned<RawSlo>>,
     #[serde(default)]
     state: RawState,
 }
@@ -332,7 +336,7 @@ impl JobConfig {
             Some(Streams::Known(known)) => Some(known.as_slice()),
             _ => None,
         };
-        let mut pipeline = check_pipeline(&mut c, &raw.streams, &raw.operators, known);
+        let mut pipeline = check_pipeline(&mut c, &raw.streams, &raw.operators, &raw.slos, known);
         check_operators(&mut c, &mut pipeline, known);
         if let Some(config) = &job_source
             && known.is_some()
@@ -435,7 +439,7 @@ fn check_operators(c: &mut Checker<'_>, pipeline: &mut Pipeline, known: Option<&
         c.at_place(
             &place,
             format!(
-                "window {id} has no time column: its input stream has none; set `time_column` \
+                "operator {id} has no time column: its input stream has none; set `time_column` \
                  (or [streams.<input>] time_column)"
             ),
         );

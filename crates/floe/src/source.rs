@@ -158,4 +158,52 @@ mod tests {
         );
         assert!(generator.contains("needs [source.kafka]"), "{generator}");
     }
+
+    /// A job with a select, an exchange by service and an slo operator, then `slos`.
+    fn slo_problems(slos: &str) -> String {
+        let text = format!(
+            "{HEAD}{KAFKA}\n\
+             [[operators]]\nid = \"requests\"\nkind = \"select\"\ninput = \"spans\"\n\
+             columns = [\"ts\", \"service_name\", \"span_name\", \"duration_ns\", \
+             \"CASE WHEN status_code = 'ERROR' THEN 1 ELSE 0 END AS error\", \"kafka_offset\", \"kafka_item\"]\n\
+             [[operators]]\nid = \"by_service\"\nkind = \"exchange\"\ninput = \"requests\"\nkey = [\"service_name\"]\n\
+             [[operators]]\nid = \"slo\"\nkind = \"slo\"\ninput = \"by_service\"\n{slos}"
+        );
+        match JobConfig::from_toml::<RawSource>(None, &text) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn slos_are_checked_with_their_place() {
+        let good = "[[slos]]\nname = \"a\"\nservice = \"checkout\"\nobjective = \"availability\"\ntarget = 99.9\n\
+                    [[slos]]\nname = \"l\"\nservice = \"checkout\"\nendpoint = \"GET /\"\nobjective = \"latency\"\nthreshold = \"300ms\"\ntarget = 99\nperiod = \"7d\"\n";
+        assert_eq!(slo_problems(good), "");
+        let none = slo_problems("");
+        assert!(none.contains("no [[slos]] for it"), "{none}");
+        let target = slo_problems(
+            "[[slos]]\nname = \"a\"\nservice = \"s\"\nobjective = \"availability\"\ntarget = 100\n",
+        );
+        assert!(
+            target.contains(":25:10") && target.contains("below 100"),
+            "{target}"
+        );
+        let latency = slo_problems(
+            "[[slos]]\nname = \"l\"\nservice = \"s\"\nobjective = \"latency\"\ntarget = 99\n",
+        );
+        assert!(latency.contains("give its `threshold`"), "{latency}");
+        let kind = slo_problems(
+            "[[slos]]\nname = \"k\"\nservice = \"s\"\nobjective = \"speed\"\ntarget = 99\n",
+        );
+        assert!(
+            kind.contains(":24:13") && kind.contains("not Some(\"speed\")"),
+            "{kind}"
+        );
+        let twice = slo_problems(&format!(
+            "{good}{}",
+            &good[..good.find("[[slos]]\nname = \"l\"").unwrap()]
+        ));
+        assert!(twice.contains("two SLOs are named a"), "{twice}");
+    }
 }
