@@ -99,6 +99,7 @@ async fn the_red_recipe_equals_duckdb_over_the_landed_spans() {
     let location = async |table: &str| support::metadata_location(&client, "red", table).await;
     let spans = location("otel_spans").await;
     let red = location("otel_red_1m").await;
+    let slo = location("otel_slo_status").await;
     let out = python(&format!(
         r#"import duckdb_offline
 con = duckdb_offline.connect()
@@ -117,12 +118,41 @@ con.sql(f'''CREATE TABLE expected AS SELECT start_us, service_name, span_name, s
   FROM requests GROUP BY ALL HAVING start_us + 60000000 <= {{clock}} - 5000000''')
 one = lambda q: con.sql(q).fetchone()[0]
 keys = "start_us, service_name, span_name, service_version, team, requests, errors"
+# The shipped [[slos]]: minutes are final a minute after they end (allowed_lateness).
+last = ((clock - 5000000 - 120000000) // 60000000) * 60000000
+con.sql('''CREATE TABLE slo_requests AS
+  SELECT 'frontend-availability' AS slo, start_us, 1 - error AS good, 0.995 AS target FROM requests WHERE service_name = 'frontend'
+  UNION ALL SELECT 'checkout-latency', start_us, CASE WHEN duration_ns <= 250000000 THEN 1 ELSE 0 END, 0.99
+  FROM requests WHERE service_name = 'checkout' AND span_name = 'PlaceOrder' ''')
+con.sql(f'''CREATE TABLE slo_expected AS
+  WITH minutes AS (SELECT slo, start_us, sum(good) AS good, count(*) AS total FROM slo_requests GROUP BY ALL),
+  dense AS (SELECT slo, unnest(generate_series(min(start_us), {{last}}, 60000000)) AS start_us FROM minutes GROUP BY slo),
+  filled AS (SELECT d.slo, d.start_us, coalesce(m.good, 0) AS good, coalesce(m.total, 0) AS total
+    FROM dense d LEFT JOIN minutes m USING (slo, start_us))
+  SELECT slo, start_us, good, total,
+    sum(total) OVER w5 AS total_5m, sum(total - good) OVER w5 AS bad_5m,
+    sum(total) OVER w60 AS total_1h, sum(total - good) OVER w60 AS bad_1h,
+    sum(total) OVER wall AS period_total, sum(total - good) OVER wall AS period_bad
+  FROM filled
+  WINDOW w5 AS (PARTITION BY slo ORDER BY start_us ROWS BETWEEN 4 PRECEDING AND CURRENT ROW),
+    w60 AS (PARTITION BY slo ORDER BY start_us ROWS BETWEEN 59 PRECEDING AND CURRENT ROW),
+    wall AS (PARTITION BY slo ORDER BY start_us ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)''')
+con.sql(f"CREATE TABLE slo_got AS SELECT *, epoch_us(window_start) AS start_us FROM iceberg_scan('{slo}')")
+slo_keys = "slo, start_us, good, total, total_5m, bad_5m, total_1h, bad_1h, period_total, period_bad"
 print(one("SELECT count(*) FROM got"),
       one("SELECT count(*) FROM (SELECT DISTINCT start_us, service_name, span_name, service_version, team FROM got)"),
       one(f"SELECT count(*) FROM (SELECT {{keys}} FROM expected EXCEPT ALL SELECT {{keys}} FROM got)"),
       one(f"SELECT count(*) FROM (SELECT {{keys}} FROM got EXCEPT ALL SELECT {{keys}} FROM expected)"),
       one("SELECT sum(errors) FROM got"),
       one("SELECT count(*) FROM got WHERE service_version = '1.0.0' AND team = 'shop-core'"),
+      one("SELECT count(*) FROM slo_got"),
+      one(f"SELECT count(*) FROM (SELECT {{slo_keys}} FROM slo_expected EXCEPT ALL SELECT {{slo_keys}} FROM slo_got)"),
+      one(f"SELECT count(*) FROM (SELECT {{slo_keys}} FROM slo_got EXCEPT ALL SELECT {{slo_keys}} FROM slo_expected)"),
+      one('''SELECT count(*) FROM slo_got WHERE abs(burn_rate_1h - CASE WHEN total_1h = 0 THEN 0
+             ELSE bad_1h / total_1h / (1 - target) END) > 1e-9
+             OR abs(budget_remaining - CASE WHEN period_total = 0 THEN 1
+             ELSE 1 - period_bad / ((1 - target) * period_total) END) > 1e-9
+             OR page_1h <> (burn_rate_1h > 14.4 AND burn_rate_5m > 14.4)'''),
       one('''SELECT count(*) FROM got JOIN expected USING (start_us, service_name, span_name, service_version, team)
              WHERE abs(p50_ns - d[floor(0.5 * (len(d) - 1))::INT + 1]) > 0.0101 * d[floor(0.5 * (len(d) - 1))::INT + 1]
                 OR abs(p95_ns - d[floor(0.95 * (len(d) - 1))::INT + 1]) > 0.0101 * d[floor(0.95 * (len(d) - 1))::INT + 1]
@@ -130,10 +160,23 @@ print(one("SELECT count(*) FROM got"),
 "#
     ));
     let cells: Vec<i64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
-    let [rows, keys, missing, extra, errors, tagged, off] = cells[..] else {
+    let [
+        rows,
+        keys,
+        missing,
+        extra,
+        errors,
+        tagged,
+        slo_rows,
+        slo_missing,
+        slo_extra,
+        slo_wrong,
+        off,
+    ] = cells[..]
+    else {
         panic!("{out}");
     };
-    eprintln!("otel_red_1m: {rows} rows, {errors} errors");
+    eprintln!("otel_red_1m: {rows} rows, {errors} errors; otel_slo_status: {slo_rows} rows");
     assert!(rows > 0, "otel_red_1m is empty; log {}", log.display());
     assert_eq!(
         rows, keys,
@@ -149,6 +192,20 @@ print(one("SELECT count(*) FROM got"),
         "the generator's failed requests count as errors"
     );
     assert_eq!(tagged, rows, "every row carries the deploy and the team");
+    assert!(
+        slo_rows > 0,
+        "otel_slo_status is empty; log {}",
+        log.display()
+    );
+    assert_eq!(
+        (slo_missing, slo_extra),
+        (0, 0),
+        "good, total and the window sums of every SLO minute are DuckDB's over the landed spans"
+    );
+    assert_eq!(
+        slo_wrong, 0,
+        "burn rates, budgets and pages follow their definitions"
+    );
     assert_eq!(
         off, 0,
         "quantiles within the sketch's 1 % of the exact ones"
