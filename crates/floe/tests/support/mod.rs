@@ -328,7 +328,9 @@ pub(crate) async fn committed(
 /// How many writers (job incarnations) committed to the dead-letter anchor of `namespace`.
 pub(crate) async fn anchor_writers(client: &CatalogClient, namespace: &str) -> usize {
     let anchor = iceberg::TableIdent::from_strs([namespace, "floe_dead_letters"]).unwrap();
-    let table = client.load_table(&anchor).await.unwrap();
+    let Ok(table) = client.load_table(&anchor).await else {
+        return 0; // nothing committed yet
+    };
     let writers: std::collections::HashSet<&String> = table
         .metadata
         .snapshots()
