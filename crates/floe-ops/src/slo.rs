@@ -42,13 +42,15 @@ use arrow_array::builder::{
     BooleanBuilder, Float64Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
 };
 use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array};
-use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use floe_core::exchange::{SOURCE_CLOCK_COLUMN, exchange_key, is_exchanged};
 use floe_core::{StreamBatch, StreamSpec};
 
 use crate::aggregate::{AggKind, Aggregate};
 use crate::codec::{Reader, Writer, integer_at, sortable};
-use crate::window::{Window, WindowKind, WindowSpec, event_times, iceberg_schema};
+use crate::window::{
+    Window, WindowKind, WindowSpec, event_times, iceberg_schema, late_stream, timestamp,
+};
 use crate::{Context, OpError, OpResult, Operator, OperatorStats};
 
 /// What makes a request good.
@@ -221,10 +223,6 @@ impl std::fmt::Debug for Slo {
             .field("objectives", &self.spec.objectives.len())
             .finish_non_exhaustive()
     }
-}
-
-fn timestamp() -> DataType {
-    DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
 }
 
 /// The status stream's columns.
@@ -417,12 +415,7 @@ impl Slo {
 
         let status = Schema::new(status_fields());
         let status_iceberg = iceberg_schema(&status, &[])?;
-        let mut late_fields: Vec<Field> =
-            arrow.fields().iter().map(|f| f.as_ref().clone()).collect();
-        late_fields.push(Field::new("late_reason", DataType::Utf8, false));
-        late_fields.push(Field::new("late_watermark", timestamp(), false));
-        let late = Schema::new(late_fields);
-        let late_iceberg = iceberg_schema(&late, &[])?;
+        let (late, late_stream) = late_stream(input, &arrow, &spec.late_output)?;
         let outputs = vec![
             StreamSpec {
                 name: spec.output.clone(),
@@ -436,18 +429,7 @@ impl Slo {
                 plain_columns: Vec::new(),
                 properties: Vec::new(),
             },
-            StreamSpec {
-                name: spec.late_output.clone(),
-                table: spec.late_output.clone(),
-                schema: Some(late_iceberg),
-                changelog: false,
-                key: Vec::new(),
-                time_column: input.time_column.clone(),
-                partition: input.partition.clone(),
-                bloom_filter_columns: Vec::new(),
-                plain_columns: Vec::new(),
-                properties: Vec::new(),
-            },
+            late_stream,
         ];
         let lengths = spec
             .objectives

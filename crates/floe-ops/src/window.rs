@@ -225,8 +225,38 @@ fn rollup_plan(spec: &WindowSpec, bound: &[Bound]) -> RollupPlan {
     }
 }
 
-fn timestamp() -> DataType {
+/// A UTC timestamp of µs, the type of window bounds and watermarks.
+pub(crate) fn timestamp() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
+}
+
+/// The late-rows stream `name` of an operator over `input` (whose columns are `arrow`): the
+/// input's columns, then `late_reason` and `late_watermark`; with its Arrow schema.
+pub(crate) fn late_stream(
+    input: &StreamSpec,
+    arrow: &Schema,
+    name: &str,
+) -> Result<(Schema, StreamSpec), String> {
+    let mut fields: Vec<Field> = arrow.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(Field::new("late_reason", DataType::Utf8, false));
+    fields.push(Field::new("late_watermark", timestamp(), false));
+    let plain: Vec<Field> = fields
+        .iter()
+        .map(|f| Field::new(f.name(), f.data_type().clone(), f.is_nullable()))
+        .collect();
+    let stream = StreamSpec {
+        name: name.to_string(),
+        table: name.to_string(),
+        schema: Some(iceberg_schema(&Schema::new(plain), &[])?),
+        changelog: false,
+        key: Vec::new(),
+        time_column: input.time_column.clone(),
+        partition: input.partition.clone(),
+        bloom_filter_columns: Vec::new(),
+        plain_columns: Vec::new(),
+        properties: Vec::new(),
+    };
+    Ok((Schema::new(fields), stream))
 }
 
 /// The unit of an event-time column: a timestamp's, or µs for a long.
@@ -392,20 +422,7 @@ impl Window {
         let main_iceberg = iceberg_schema(&rollup, &identifier)?;
         let mut main_fields = fields;
         main_fields.push(Field::new(OP_COLUMN, DataType::Int8, false));
-        let mut late_fields: Vec<Field> =
-            arrow.fields().iter().map(|f| f.as_ref().clone()).collect();
-        late_fields.push(Field::new("late_reason", DataType::Utf8, false));
-        late_fields.push(Field::new("late_watermark", timestamp(), false));
-        let late = Schema::new(late_fields.clone());
-        let late_iceberg = iceberg_schema(
-            &Schema::new(
-                late_fields
-                    .into_iter()
-                    .map(|f| Field::new(f.name(), f.data_type().clone(), f.is_nullable()))
-                    .collect::<Vec<_>>(),
-            ),
-            &[],
-        )?;
+        let (late, late_stream) = late_stream(input, &arrow, &spec.late_output)?;
         let outputs = vec![
             StreamSpec {
                 name: spec.output.clone(),
@@ -419,18 +436,7 @@ impl Window {
                 plain_columns: Vec::new(),
                 properties: rollup_plan(&spec, &bound).to_properties(),
             },
-            StreamSpec {
-                name: spec.late_output.clone(),
-                table: spec.late_output.clone(),
-                schema: Some(late_iceberg),
-                changelog: false,
-                key: Vec::new(),
-                time_column: input.time_column.clone(),
-                partition: input.partition.clone(),
-                bloom_filter_columns: Vec::new(),
-                plain_columns: Vec::new(),
-                properties: Vec::new(),
-            },
+            late_stream,
         ];
         Ok(Self {
             time_index,
