@@ -38,6 +38,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 mod support;
 use support::{
     anchor_writers, kills, python, service, spawn_floe, start_catalog, temp_dir, terminate,
+    wait_for_another_writer,
 };
 
 const PARTITIONS: i32 = 4;
@@ -422,20 +423,13 @@ async fn an_exchange_re_keys_every_row_exactly_once_through_kills_and_rescales()
     let mut rng = rand::rng();
     let mut child = spawn(&s, 0);
     for round in 0..kills {
-        // Each incarnation commits once first — a start slowed by a loaded machine would
-        // otherwise die before it did, and the kills would test nothing — then gets the rest
-        // of the round and dies at a random instant, mostly while those records are being
-        // read, sent and committed.
+        // Each incarnation commits once first, then gets the rest of the round and dies at a
+        // random instant, mostly while those records are being read, sent and committed.
         let before = anchor_writers(&f.client, s.name).await;
         let end = (round + 1) * RECORDS / (kills + 1);
         let half = (s.produced + end) / 2;
         f.produce(&mut s, half).await;
-        let began = Instant::now();
-        while anchor_writers(&f.client, s.name).await == before
-            && began.elapsed() < Duration::from_secs(30)
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_for_another_writer(&f.client, s.name, before, Duration::from_secs(30)).await;
         f.produce(&mut s, end).await;
         tokio::time::sleep(Duration::from_millis(rng.random_range(50..1_500))).await;
         kill(child);

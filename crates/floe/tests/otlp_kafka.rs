@@ -31,7 +31,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 mod support;
 use support::{
     OtlpKafkaJob, anchor_writers, committed, kills, python, service, spawn_floe, start_catalog,
-    temp_dir, terminate,
+    temp_dir, terminate, wait_for_another_writer,
 };
 
 struct Produced {
@@ -360,8 +360,10 @@ async fn otlp_from_kafka_lands_exactly_once_through_kill_9() {
     let mut child = spawn_floe(&job, &f.log());
     let mut rng = rand::rng();
     for round in 0..kills as u64 {
+        let before = anchor_writers(&f.client, "chaos").await;
         f.produce_round(round).await;
-        tokio::time::sleep(Duration::from_millis(rng.random_range(100..2500))).await;
+        wait_for_another_writer(&f.client, "chaos", before, Duration::from_secs(30)).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(50..1500))).await;
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         // Losing the local state directory loses and duplicates nothing either.

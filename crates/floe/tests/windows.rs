@@ -41,7 +41,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 mod support;
 use support::{
     anchor_writers, committed, kills, optional_service, python, service, spawn_floe, start_catalog,
-    temp_dir, terminate,
+    temp_dir, terminate, wait_for_another_writer,
 };
 
 const PARTITIONS: i32 = 4;
@@ -384,8 +384,10 @@ async fn killed(f: &Fixture) -> Scenario {
     let mut rng = rand::rng();
     let mut child = s.spawn(0);
     for round in 0..kills {
+        let before = anchor_writers(&f.client, s.name).await;
         f.produce(&mut s, (round + 1) * RECORDS / (kills + 1)).await;
-        tokio::time::sleep(Duration::from_millis(rng.random_range(1_500..4_500))).await;
+        wait_for_another_writer(&f.client, s.name, before, Duration::from_secs(30)).await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(50..1_500))).await;
         kill(child);
         child = s.spawn(0);
     }

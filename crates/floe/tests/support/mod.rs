@@ -339,6 +339,26 @@ pub(crate) async fn anchor_writers(client: &CatalogClient, namespace: &str) -> u
     writers.len()
 }
 
+/// Waits until `namespace`'s anchor has more than `before` writers, or `limit` passed;
+/// returns the count. Chaos tests call it so that each incarnation commits once before its
+/// kill: on a loaded machine a slow start would otherwise die before it committed, and the
+/// kills would test nothing.
+pub(crate) async fn wait_for_another_writer(
+    client: &CatalogClient,
+    namespace: &str,
+    before: usize,
+    limit: Duration,
+) -> usize {
+    let began = Instant::now();
+    loop {
+        let writers = anchor_writers(client, namespace).await;
+        if writers > before || began.elapsed() >= limit {
+            return writers;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// An OTLP job on Kafka as the tests write one: `topics` as (topic, signal), group
 /// `floe-{run}`, 700 ms checkpoints, session timeout 6 s, and with `instance` static group
 /// membership (a restarted job takes its partitions back at once, without waiting for the
