@@ -1,10 +1,14 @@
 //! A generator of realistic OTLP data: what `floe quickstart` ingests and what the benchmarks
 //! and tests produce.
 //!
-//! A small shop of services calls each other: `frontend` → `checkout` → `payments` /
-//! `inventory` → `postgres`. Every request is one trace (a root span and its children, with
-//! log-normal latencies and a few percent of errors), logs along the way (with trace context,
-//! more severe on errors), and every tick each service reports metrics of every kind: a CPU
+//! A small shop of services calls each other: `frontend` → `checkout` → `payments` →
+//! `inventory` → `postgres`. Every request is one trace: a SERVER span per service, each the
+//! child of its caller's, with log-normal latencies. Errors originate in one service (each has
+//! its own rate, [`ERROR_ORIGINS`]) and propagate to its caller with probability
+//! [`PROPAGATION`], and so on up; the origin records the exception, its callers only fail.
+//! [`Deploy`]s roll a new `service.version` out at a known event time, optionally with more
+//! errors and slower responses. Logs go along the way (with trace context, more severe on
+//! errors), and every tick each service reports metrics of every kind: a CPU
 //! gauge, a monotonic request counter, a latency histogram and exponential histogram, and a GC
 //! pause summary, and CPU profiles whose samples link to recent spans. Records are
 //! protobuf-encoded exactly as the Collector's Kafka exporter writes
@@ -22,6 +26,8 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{
     ResourceSpans, ScopeSpans, Span, Status, TracesData, span,
 };
+use std::collections::BTreeMap;
+
 use prost::Message as _;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -59,6 +65,34 @@ const SERVICES: &[(&str, &[&str])] = &[
     ),
 ];
 
+/// Per service (in [`SERVICES`] order), the probability that a request's error originates
+/// there: 2.4 % of requests fail somewhere.
+pub const ERROR_ORIGINS: [f64; 5] = [0.002, 0.004, 0.008, 0.004, 0.006];
+
+/// The probability that a failed call fails its caller too (the rest are retried or
+/// degraded gracefully).
+pub const PROPAGATION: f64 = 0.7;
+
+/// The version every service runs before its first [`Deploy`].
+pub const FIRST_VERSION: &str = "1.0.0";
+
+/// A new version of one service, live from an event time on: from `at_unix_nano`, `service`
+/// reports `service.version = version`, its errors originate `error_factor` times as often
+/// and it responds `latency_factor` times slower. Factors of 1 make an incident-free deploy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deploy {
+    /// A service of [`SERVICES`].
+    pub service: String,
+    /// The version it reports from `at_unix_nano` on.
+    pub version: String,
+    /// Event time of the rollout, ns since the epoch.
+    pub at_unix_nano: u64,
+    /// Multiplies the rate of errors originating in the service.
+    pub error_factor: f64,
+    /// Multiplies the service's latencies.
+    pub latency_factor: f64,
+}
+
 /// Produces OTLP records (protobuf bytes) of all three signals.
 #[derive(Debug)]
 pub struct Generator {
@@ -68,6 +102,8 @@ pub struct Generator {
     requests: u64,
     /// Recent spans per service (trace id, span id), which profile samples link to.
     recent: Vec<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// Rollouts, by event time.
+    deploys: Vec<Deploy>,
 }
 
 /// One generated record.
@@ -129,13 +165,13 @@ impl From<bool> for Val {
 /// The team every generated service belongs to (resource attribute `team`).
 const TEAM: &str = "shop-core";
 
-fn resource(service: &str, instance: usize) -> Resource {
+fn resource(service: &str, version: &str, instance: usize) -> Resource {
     Resource {
         attributes: vec![
             kv("service.name", service),
             kv("service.namespace", "shop"),
             kv("service.instance.id", format!("{service}-{instance}")),
-            kv("service.version", "1.0.0"),
+            kv("service.version", version),
             kv("team", TEAM),
             kv("deployment.environment.name", "quickstart"),
             kv("host.name", format!("node-{}", instance % 3)),
@@ -160,7 +196,41 @@ impl Generator {
             clock: start_unix_nano,
             requests: 0,
             recent: vec![Vec::new(); SERVICES.len()],
+            deploys: Vec::new(),
         }
+    }
+
+    /// The generator with `deploy` rolled out at its time. Panics if its service is not one
+    /// of [`SERVICES`] or its factors are not positive.
+    pub fn with_deploy(mut self, deploy: Deploy) -> Self {
+        assert!(
+            SERVICES.iter().any(|(s, _)| *s == deploy.service),
+            "no service {}",
+            deploy.service
+        );
+        assert!(deploy.error_factor > 0.0 && deploy.latency_factor > 0.0);
+        self.deploys.push(deploy);
+        self.deploys.sort_by_key(|d| d.at_unix_nano);
+        self
+    }
+
+    /// The names of the generated services, callers first.
+    pub fn services() -> impl Iterator<Item = &'static str> {
+        SERVICES.iter().map(|(s, _)| *s)
+    }
+
+    /// The version `tier` runs at `time`.
+    fn version(&self, tier: usize, time: u64) -> String {
+        self.deployed(tier, time)
+            .map_or(FIRST_VERSION.to_string(), |d| d.version.clone())
+    }
+
+    /// The deploy `tier` runs at `time`, if any.
+    fn deployed(&self, tier: usize, time: u64) -> Option<&Deploy> {
+        self.deploys
+            .iter()
+            .rev()
+            .find(|d| d.at_unix_nano <= time && d.service == SERVICES[tier].0)
     }
 
     fn id<const N: usize>(&mut self) -> Vec<u8> {
@@ -176,25 +246,45 @@ impl Generator {
         (median_ms * (0.6 * normal).exp() * 1e6) as u64
     }
 
-    /// `requests` traces with their logs, as one traces record and one logs record.
+    /// `requests` traces with their logs, as one traces record and one logs record. Each
+    /// service's spans and logs share a resource per version it ran (two across a deploy).
     pub fn requests(&mut self, requests: usize) -> [Record; 2] {
-        let mut spans_by_service: Vec<Vec<Span>> = vec![Vec::new(); SERVICES.len()];
-        let mut logs_by_service: Vec<Vec<LogRecord>> = vec![Vec::new(); SERVICES.len()];
+        type ByResource<T> = BTreeMap<(usize, String), Vec<T>>;
+        let mut spans: ByResource<Span> = BTreeMap::new();
+        let mut logs: ByResource<LogRecord> = BTreeMap::new();
         for _ in 0..requests {
             self.requests += 1;
             self.clock += self.rng.random_range(100_000..2_000_000);
             let trace_id = self.id::<16>();
-            let failed = self.rng.random_bool(0.03);
+            let now = self.clock;
+            let deployed: Vec<Option<Deploy>> = (0..SERVICES.len())
+                .map(|tier| self.deployed(tier, now).cloned())
+                .collect();
+            // Where an error originates, and how far up it propagates: the deepest callee
+            // first, so a service fails when its own error originates or its callee's reaches it.
+            let mut origin = [false; SERVICES.len()];
+            let mut failed = [false; SERVICES.len()];
+            for tier in (0..SERVICES.len()).rev() {
+                let factor = deployed[tier].as_ref().map_or(1.0, |d| d.error_factor);
+                origin[tier] = self
+                    .rng
+                    .random_bool((ERROR_ORIGINS[tier] * factor).min(1.0));
+                let propagated = tier + 1 < SERVICES.len()
+                    && failed[tier + 1]
+                    && self.rng.random_bool(PROPAGATION);
+                failed[tier] = origin[tier] || propagated;
+            }
             let mut parent: Vec<u8> = Vec::new();
-            let mut start = self.clock;
-            // One span per tier, each a child of the one before.
-            for (tier, (_, operations)) in SERVICES.iter().enumerate() {
+            let mut start = now;
+            // One SERVER span per service, each a child of its caller's.
+            for (tier, (service, operations)) in SERVICES.iter().enumerate() {
                 let span_id = self.id::<8>();
-                let duration = self.latency(40.0 / (tier + 1) as f64);
+                let slower = deployed[tier].as_ref().map_or(1.0, |d| d.latency_factor);
+                let duration = (self.latency(40.0 / (tier + 1) as f64) as f64 * slower) as u64;
                 let name = operations[self.rng.random_range(0..operations.len())];
-                let error_here = failed && tier == SERVICES.len() - 2;
+                let version = self.version(tier, now);
                 let mut events = Vec::new();
-                if error_here {
+                let message = if origin[tier] {
                     events.push(span::Event {
                         time_unix_nano: start + duration / 2,
                         name: "exception".into(),
@@ -204,57 +294,61 @@ impl Generator {
                         ],
                         ..Default::default()
                     });
-                }
+                    "upstream timed out".to_string()
+                } else if failed[tier] {
+                    format!("{} failed", SERVICES[tier + 1].0)
+                } else {
+                    String::new()
+                };
                 let recent = &mut self.recent[tier];
                 if recent.len() == RECENT_SPANS {
                     recent.remove(0);
                 }
                 recent.push((trace_id.clone(), span_id.clone()));
-                spans_by_service[tier].push(Span {
-                    trace_id: trace_id.clone(),
-                    span_id: span_id.clone(),
-                    parent_span_id: parent.clone(),
-                    name: name.into(),
-                    kind: if tier == 0 { 2 } else { 3 },
-                    start_time_unix_nano: start,
-                    end_time_unix_nano: start + duration,
-                    attributes: vec![
-                        kv(
-                            "http.request.method",
-                            if name.starts_with("GET") {
-                                "GET"
-                            } else {
-                                "POST"
-                            },
-                        ),
-                        kv(
-                            "http.response.status_code",
-                            if failed { 500i64 } else { 200i64 },
-                        ),
-                        kv("shop.request", self.requests as i64),
-                    ],
-                    events,
-                    status: Some(Status {
-                        code: if failed { 2 } else { 0 },
-                        message: if error_here {
-                            "upstream timed out".into()
-                        } else {
-                            String::new()
-                        },
-                    }),
-                    flags: 1,
-                    ..Default::default()
-                });
-                let (severity, text, body) = if error_here {
-                    (17, "ERROR", format!("{name} failed: upstream timed out"))
+                spans
+                    .entry((tier, version.clone()))
+                    .or_default()
+                    .push(Span {
+                        trace_id: trace_id.clone(),
+                        span_id: span_id.clone(),
+                        parent_span_id: parent.clone(),
+                        name: name.into(),
+                        kind: 2, // SERVER
+                        start_time_unix_nano: start,
+                        end_time_unix_nano: start + duration,
+                        attributes: vec![
+                            kv(
+                                "http.request.method",
+                                if name.starts_with("GET") {
+                                    "GET"
+                                } else {
+                                    "POST"
+                                },
+                            ),
+                            kv(
+                                "http.response.status_code",
+                                if failed[tier] { 500i64 } else { 200i64 },
+                            ),
+                            kv("shop.request", self.requests as i64),
+                        ],
+                        events,
+                        status: Some(Status {
+                            code: if failed[tier] { 2 } else { 0 },
+                            message: message.clone(),
+                        }),
+                        flags: 1,
+                        ..Default::default()
+                    });
+                let (severity, text, body) = if failed[tier] {
+                    (17, "ERROR", format!("{name} failed: {message}"))
                 } else {
                     (
                         9,
                         "INFO",
-                        format!("{name} done in {} ms", duration / 1_000_000),
+                        format!("{name} done in {} ms ({service})", duration / 1_000_000),
                     )
                 };
-                logs_by_service[tier].push(LogRecord {
+                logs.entry((tier, version)).or_default().push(LogRecord {
                     time_unix_nano: start + duration,
                     observed_time_unix_nano: start + duration + 1_000,
                     severity_number: severity,
@@ -274,11 +368,10 @@ impl Generator {
         }
         let instance = self.rng.random_range(0..3);
         let traces = TracesData {
-            resource_spans: spans_by_service
+            resource_spans: spans
                 .into_iter()
-                .enumerate()
-                .map(|(i, spans)| ResourceSpans {
-                    resource: Some(resource(SERVICES[i].0, instance)),
+                .map(|((i, version), spans)| ResourceSpans {
+                    resource: Some(resource(SERVICES[i].0, &version, instance)),
                     scope_spans: vec![ScopeSpans {
                         scope: scope(),
                         spans,
@@ -289,11 +382,10 @@ impl Generator {
                 .collect(),
         };
         let logs = LogsData {
-            resource_logs: logs_by_service
+            resource_logs: logs
                 .into_iter()
-                .enumerate()
-                .map(|(i, log_records)| ResourceLogs {
-                    resource: Some(resource(SERVICES[i].0, instance)),
+                .map(|((i, version), log_records)| ResourceLogs {
+                    resource: Some(resource(SERVICES[i].0, &version, instance)),
                     scope_logs: vec![ScopeLogs {
                         scope: scope(),
                         log_records,
@@ -429,7 +521,7 @@ impl Generator {
                 },
             ];
             resource_metrics.push(ResourceMetrics {
-                resource: Some(resource(service, 0)),
+                resource: Some(resource(service, &self.version(i, time), 0)),
                 scope_metrics: vec![ScopeMetrics {
                     scope: scope(),
                     metrics,
@@ -576,7 +668,7 @@ impl Generator {
             let mut id = [0u8; 16];
             self.rng.fill(&mut id[..]);
             resource_profiles.push(ResourceProfiles {
-                resource: Some(resource(service, 0)),
+                resource: Some(resource(service, &self.version(i, time), 0)),
                 scope_profiles: vec![ScopeProfiles {
                     scope: scope(),
                     profiles: vec![Profile {
@@ -773,4 +865,132 @@ impl floe_core::Source for GeneratorSource {
     }
 
     fn acknowledge(&mut self, _positions: &floe_core::Positions) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (service, version, failed, has exception, failed child, duration ns, start ns) of
+    /// every span in `records`, with each span's child looked up in its trace.
+    fn spans(records: &[Record]) -> Vec<(String, String, bool, bool, bool, u64, u64)> {
+        let mut all = Vec::new();
+        for record in records {
+            let data = TracesData::decode(record.bytes.as_slice()).unwrap();
+            for rs in data.resource_spans {
+                let attr = |key: &str| {
+                    let r = rs.resource.as_ref().unwrap();
+                    let v = r.attributes.iter().find(|a| a.key == key).unwrap();
+                    match &v.value.as_ref().unwrap().value {
+                        Some(any_value::Value::StringValue(s)) => s.clone(),
+                        other => panic!("{other:?}"),
+                    }
+                };
+                let (service, version) = (attr("service.name"), attr("service.version"));
+                for span in rs.scope_spans.into_iter().flat_map(|s| s.spans) {
+                    all.push((service.clone(), version.clone(), span));
+                }
+            }
+        }
+        let failed: BTreeMap<Vec<u8>, bool> = all
+            .iter()
+            .map(|(_, _, s)| (s.span_id.clone(), s.status.as_ref().unwrap().code == 2))
+            .collect();
+        let child_failed: BTreeMap<Vec<u8>, bool> = all
+            .iter()
+            .filter(|(_, _, s)| !s.parent_span_id.is_empty())
+            .map(|(_, _, s)| (s.parent_span_id.clone(), failed[&s.span_id]))
+            .collect();
+        all.into_iter()
+            .map(|(service, version, s)| {
+                (
+                    service,
+                    version,
+                    failed[&s.span_id],
+                    !s.events.is_empty(),
+                    child_failed.get(&s.span_id).copied().unwrap_or(false),
+                    s.end_time_unix_nano - s.start_time_unix_nano,
+                    s.start_time_unix_nano,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn errors_originate_in_one_service_and_propagate_to_its_callers() {
+        let mut g = Generator::new(11, 1_700_000_000_000_000_000);
+        let records: Vec<Record> = (0..200).map(|_| g.requests(100)[0].clone()).collect();
+        let spans = spans(&records);
+        assert_eq!(spans.len(), 200 * 100 * SERVICES.len());
+        let mut errors: BTreeMap<&str, usize> = BTreeMap::new();
+        for (service, _, failed, exception, child_failed, ..) in &spans {
+            assert!(!exception || *failed, "an origin fails");
+            assert!(
+                !failed || *exception || *child_failed,
+                "{service} failed without a cause"
+            );
+            *errors.entry(service.as_str()).or_default() += *failed as usize;
+        }
+        // A service fails when its own error originates or its callee's propagates:
+        // P(t) = o(t) + (1 − o(t)) · PROPAGATION · P(t + 1).
+        let requests = 200.0 * 100.0;
+        let mut expected = 0.0;
+        for (tier, (service, _)) in SERVICES.iter().enumerate().rev() {
+            expected = ERROR_ORIGINS[tier] + (1.0 - ERROR_ORIGINS[tier]) * PROPAGATION * expected;
+            let rate = errors[*service] as f64 / requests;
+            assert!(
+                (rate - expected).abs() < 0.003,
+                "{service}: {rate} vs {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_deploy_changes_version_errors_and_latency_from_its_time_on() {
+        let start = 1_700_000_000_000_000_000;
+        let mut g = Generator::new(5, start);
+        let requests: usize = 40_000;
+        // Requests are ~1 ms apart: the deploy lands about halfway.
+        let at = start + requests as u64 / 2 * 1_050_000;
+        g = g.with_deploy(Deploy {
+            service: "payments".into(),
+            version: "1.1.0".into(),
+            at_unix_nano: at,
+            error_factor: 5.0,
+            latency_factor: 1.5,
+        });
+        let records: Vec<Record> = (0..requests / 100)
+            .map(|_| g.requests(100)[0].clone())
+            .collect();
+        let mut before = (0, 0, Vec::new());
+        let mut after = (0, 0, Vec::new());
+        for (service, version, _, exception, _, duration, span_start) in spans(&records) {
+            if service != "payments" {
+                assert_eq!(version, FIRST_VERSION);
+                continue;
+            }
+            // A trace's spans start a little after its request: the version is the request's.
+            let side = if version == "1.1.0" {
+                assert!(span_start >= at);
+                &mut after
+            } else {
+                assert_eq!(version, FIRST_VERSION);
+                assert!(span_start < at + 1_000_000_000);
+                &mut before
+            };
+            side.0 += 1;
+            side.1 += exception as usize;
+            side.2.push(duration);
+        }
+        assert!(before.0 > requests / 3 && after.0 > requests / 3);
+        let rate = |s: &(usize, usize, Vec<u64>)| s.1 as f64 / s.0 as f64;
+        let ratio = rate(&after) / rate(&before);
+        assert!((3.5..7.0).contains(&ratio), "origin rate ×{ratio}");
+        let median = |s: &mut (usize, usize, Vec<u64>)| {
+            s.2.sort();
+            s.2[s.2.len() / 2] as f64
+        };
+        let slower = median(&mut after) / median(&mut before);
+        assert!((1.35..1.65).contains(&slower), "median ×{slower}");
+    }
 }

@@ -18,7 +18,9 @@
 //! service) — no partial rows — equal to DuckDB's count of the landed spans that are not in its
 //! late table, for every window the final clock (the slowest source partition's newest span)
 //! closed; the late table must hold exactly the spans of the records sent 5 s back in time,
-//! judged by their own source partition however the exchange interleaved them; and both
+//! judged by their own source partition however the exchange interleaved them. Two SLOs read
+//! the exchange too (a `select` before it adds the error column): their per-minute good and total must be DuckDB's
+//! over the landed spans not in their late table. The window's, the SLOs' and both late
 //! tables must be the same in every scenario.
 //!
 //! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
@@ -53,7 +55,7 @@ fn sent_back(j: usize) -> bool {
 }
 
 fn record(j: usize) -> (i32, Vec<u8>) {
-    let mut start = START_NS + j as u64 * 50_000_000;
+    let mut start = START_NS + j as u64 * 200_000_000;
     if sent_back(j) {
         start -= 5_000_000_000;
     }
@@ -68,6 +70,10 @@ struct Windowed {
     rows: (u64, i64),
     /// (rows, digest) of its late table.
     late: (u64, i64),
+    /// (rows, digest) of the SLO status table.
+    slo: (u64, i64),
+    /// (rows, digest) of the SLO's late table.
+    slo_late: (u64, i64),
 }
 
 struct Scenario {
@@ -227,7 +233,7 @@ impl Fixture {
         let spans = self.location(namespace, "otel_spans").await;
         let exchanged = self.location(namespace, "by_service").await;
         let a = format!("SELECT * EXCLUDE (ingested_at) FROM iceberg_scan('{spans}')");
-        let b = format!("SELECT * EXCLUDE (ingested_at) FROM iceberg_scan('{exchanged}')");
+        let b = format!("SELECT * EXCLUDE (ingested_at, error) FROM iceberg_scan('{exchanged}')");
         let out = python(&format!(
             "import duckdb_offline\n\
              con = duckdb_offline.connect()\n\
@@ -294,10 +300,82 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINC
             "{}: {rows} window rows, {late} late spans (of {sent_back} sent back)",
             s.name
         );
+        let (slo, slo_late) = self.check_slo(s, &spans).await;
         Windowed {
             rows: (rows as u64, digest as i64),
             late: (late as u64, late_digest as i64),
+            slo,
+            slo_late,
         }
+    }
+
+    /// The SLO status behind the exchange: every minute the final clock closed has, per
+    /// objective, DuckDB's good and total over the landed spans not in the SLO's late table,
+    /// and no other minute has requests. Returns (rows, digest) of the status and late tables.
+    async fn check_slo(&self, s: &Scenario, spans: &str) -> ((u64, i64), (u64, i64)) {
+        let status = self.location(s.name, "slo_status").await;
+        let late = self.location(s.name, "slo_status_late").await;
+        let out = python(&format!(
+            r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE spans AS SELECT * FROM iceberg_scan('{spans}')")
+con.sql("CREATE TABLE status AS SELECT * FROM iceberg_scan('{status}')")
+con.sql("CREATE TABLE late AS SELECT * FROM iceberg_scan('{late}')")
+con.sql("CREATE TABLE got AS SELECT slo, epoch_us(window_start) AS start_us, good, total FROM status WHERE total > 0")
+con.sql("""CREATE TABLE expected AS
+  SELECT 'frontend-availability' AS slo, (epoch_us(ts) // 60000000) * 60000000 AS start_us,
+         count(*) FILTER (WHERE status_code <> 'ERROR') AS good, count(*) AS total
+  FROM spans ANTI JOIN late USING (trace_id, span_id) WHERE service_name = 'frontend' GROUP BY ALL
+  UNION ALL
+  SELECT 'checkout-latency', (epoch_us(ts) // 60000000) * 60000000,
+         count(*) FILTER (WHERE duration_ns <= 30000000), count(*)
+  FROM spans ANTI JOIN late USING (trace_id, span_id)
+  WHERE service_name = 'checkout' AND span_name = 'PlaceOrder' GROUP BY ALL""")
+clock = con.sql("SELECT min(m) FROM (SELECT max(epoch_us(ts)) AS m FROM spans GROUP BY kafka_partition)").fetchone()[0]
+one = lambda q: con.sql(q).fetchone()[0]
+print(one("SELECT count(*) FROM got"), one("SELECT count(DISTINCT slo) FROM got"),
+      one(f"SELECT count(*) FROM (SELECT * FROM expected WHERE start_us + 60000000 <= {{clock}} - 2000000 EXCEPT ALL SELECT * FROM got)"),
+      one("SELECT count(*) FROM (SELECT * FROM got EXCEPT ALL SELECT * FROM expected)"),
+      one("SELECT count(*) FROM status"), one("SELECT coalesce(sum(hash(status)), 0) FROM status"),
+      one("SELECT count(*) FROM late"), one("SELECT coalesce(sum(hash(trace_id, span_id, late_watermark)), 0) FROM late"),
+      one("SELECT count(*) FROM late ANTI JOIN spans USING (trace_id, span_id)"))
+"#
+        ));
+        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
+        let [
+            evaluated,
+            objectives,
+            missing,
+            extra,
+            rows,
+            digest,
+            late,
+            late_digest,
+            unknown,
+        ] = cells[..]
+        else {
+            panic!("{out}");
+        };
+        assert!(
+            evaluated >= 4,
+            "{}: {evaluated} SLO minutes with requests",
+            s.name
+        );
+        assert_eq!(objectives, 2, "{}: both objectives evaluated", s.name);
+        assert_eq!(
+            (missing, extra, unknown),
+            (0, 0, 0),
+            "{}: SLO good and total are DuckDB's over the landed spans",
+            s.name
+        );
+        eprintln!(
+            "{}: {rows} SLO status rows ({evaluated} minutes with requests), {late} late",
+            s.name
+        );
+        (
+            (rows as u64, digest as i64),
+            (late as u64, late_digest as i64),
+        )
     }
 
     /// The checks every scenario must pass; returns the rows the exchange topic holds.
@@ -361,9 +439,15 @@ interval = "500ms"
 state_dir = "{state}"
 
 [[operators]]
+id = "requests"
+kind = "select"
+input = "spans"
+columns = ["*", "CASE WHEN status_code = 'ERROR' THEN 1 ELSE 0 END AS error"]
+
+[[operators]]
 id = "by_service"
 kind = "exchange"
-input = "spans"
+input = "requests"
 key = ["service_name"]
 partitions = {EXCHANGE_PARTITIONS}
 topic = "{exchange}"
@@ -380,6 +464,28 @@ window = {{ type = "tumbling", size = "1s" }}
 key = ["service_name"]
 allowed_lateness = "1s"
 aggregates = {{ spans = "count()" }}
+
+[[operators]]
+id = "slo_status"
+kind = "slo"
+input = "by_service"
+allowed_lateness = "1s"
+
+[[slos]]
+name = "frontend-availability"
+service = "frontend"
+objective = "availability"
+target = 99
+period = "1h"
+
+[[slos]]
+name = "checkout-latency"
+service = "checkout"
+endpoint = "PlaceOrder"
+objective = "latency"
+threshold = "30ms"
+target = 90
+period = "1h"
 "#,
                 topic = self.topic,
                 exchange = self.exchange_topic,
