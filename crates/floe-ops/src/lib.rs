@@ -26,6 +26,7 @@
 pub mod aggregate;
 pub mod codec;
 pub mod config;
+mod minutes;
 pub mod slo;
 pub mod sql;
 pub mod timers;

@@ -11,7 +11,7 @@
 //! * `latency`: the duration column (ns) is at most the objective's threshold.
 //!
 //! **Minutes.** Requests are counted per minute of event time by a tumbling window (the
-//! clock behind an exchange, allowed lateness, late rows aside — [`crate::window`]); a minute
+//! clock behind an exchange, allowed lateness, late rows aside — [`crate::minutes`]); a minute
 //! is evaluated once, when its window closes (`watermark ≥ end + allowed_lateness`), so every
 //! output row is final. Minutes without requests are evaluated too (burn rates fall when
 //! traffic stops), from the objective's first request until nothing is left in its longest
@@ -41,16 +41,14 @@ use std::sync::Arc;
 use arrow_array::builder::{
     BooleanBuilder, Float64Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
 };
-use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array};
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use floe_core::exchange::{SOURCE_CLOCK_COLUMN, exchange_key, is_exchanged};
 use floe_core::{StreamBatch, StreamSpec};
 
 use crate::aggregate::{AggKind, Aggregate};
 use crate::codec::{Reader, Writer, integer_at, sortable};
-use crate::window::{
-    Window, WindowKind, WindowSpec, event_times, iceberg_schema, late_stream, timestamp,
-};
+use crate::minutes::{Closed, MINUTE, Minutes, ROW_COLUMN, inner_rows, require_exchange_by};
+use crate::window::{event_times, iceberg_schema, late_rows, late_stream, timestamp};
 use crate::{Context, OpError, OpResult, Operator, OperatorStats};
 
 /// What makes a request good.
@@ -143,8 +141,6 @@ impl SloSpec {
     }
 }
 
-const MINUTE: i64 = 60_000_000;
-
 /// The sliding windows every row reports (name, minutes), shortest first.
 pub const BURN_WINDOWS: [(&str, i64); 5] = [
     ("5m", 5),
@@ -162,8 +158,8 @@ pub const ALERT_RULES: [(&str, f64, usize, usize); 3] = [
     ("ticket_3d", 0.10, 4, 3),
 ];
 
-/// The columns of the inner window's rows.
-const INNER_COLUMNS: [&str; 3] = ["slo", "good", "row"];
+/// The columns [`Slo`] counts per minute beside the time and the input row.
+const INNER_COLUMNS: [&str; 2] = ["slo", "good"];
 
 /// An objective's running evaluation in one partition.
 #[derive(Debug, Clone, PartialEq)]
@@ -203,10 +199,8 @@ pub struct Slo {
     status: SchemaRef,
     /// The input's own columns (an exchange adds the source clock after them).
     input: SchemaRef,
-    late: SchemaRef,
     /// Counts good and total per (minute, objective).
-    window: Window,
-    inner: SchemaRef,
+    minutes: Minutes,
     /// Window lengths in minutes per objective: [`BURN_WINDOWS`], then the period.
     lengths: Vec<[i64; 6]>,
     /// Each objective's state key, and back.
@@ -293,33 +287,7 @@ impl Slo {
         } else {
             vec![spec.service_column.clone()]
         };
-        match exchange_key(input) {
-            Some(key) if key.iter().all(|k| needed.contains(k)) => {}
-            Some(key) => {
-                return Err(format!(
-                    "stream {} is exchanged by {}: an objective needs every request of its \
-                     service in one partition, so exchange by {} alone",
-                    input.name,
-                    key.join(", "),
-                    needed.join(" or by ")
-                ));
-            }
-            None if is_exchanged(input) => {
-                return Err(format!(
-                    "stream {} was exchanged by an older Floe that did not record its key: \
-                     restart the exchange's job first",
-                    input.name
-                ));
-            }
-            None => {
-                return Err(format!(
-                    "stream {} is not read back from an exchange: an objective needs every \
-                     request of its service in one partition; put an exchange keyed by {} \
-                     before it",
-                    input.name, spec.service_column
-                ));
-            }
-        }
+        require_exchange_by(input, &needed, "an objective")?;
         if input.time_column.as_deref() != Some(spec.time_column.as_str()) {
             return Err(format!(
                 "stream {} is read back from an exchange, whose rows carry the clock of its \
@@ -368,54 +336,34 @@ impl Slo {
             ));
         }
 
-        // The inner window counts (time, objective, good) rows a minute at a time; it closes
-        // a minute at end + lateness by running its clock that much behind.
-        let inner = Arc::new(Schema::new(vec![
+        // Counts (time, objective, good) rows a minute at a time.
+        let inner = Schema::new(vec![
             Field::new(&spec.time_column, time_type, false),
             Field::new(INNER_COLUMNS[0], DataType::Utf8, false),
             Field::new(INNER_COLUMNS[1], DataType::Int64, false),
-            Field::new(INNER_COLUMNS[2], DataType::Int64, false),
-        ]));
-        let inner_stream = StreamSpec {
-            name: format!("{}__minutes", spec.id),
-            table: format!("{}__minutes", spec.id),
-            schema: Some(iceberg_schema(&inner, &[])?),
-            changelog: false,
-            key: Vec::new(),
-            time_column: Some(spec.time_column.clone()),
-            partition: Vec::new(),
-            bloom_filter_columns: Vec::new(),
-            plain_columns: Vec::new(),
-            properties: floe_core::exchange::exchanged_property(input),
-        };
-        let window = Window::new(
-            WindowSpec {
-                id: spec.id.clone(),
-                kind: WindowKind::Tumbling { size: MINUTE },
-                time_column: spec.time_column.clone(),
-                out_of_orderness: spec.out_of_orderness.saturating_add(spec.allowed_lateness),
-                allowed_lateness: 0,
-                idle_after: None,
-                key: vec![INNER_COLUMNS[0].into()],
-                aggregates: vec![
-                    Aggregate {
-                        name: "good".into(),
-                        kind: AggKind::Sum(INNER_COLUMNS[1].into()),
-                    },
-                    Aggregate {
-                        name: "total".into(),
-                        kind: AggKind::Count,
-                    },
-                ],
-                output: format!("{}__counts", spec.id),
-                late_output: format!("{}__late", spec.id),
-            },
-            &inner_stream,
+            Field::new(ROW_COLUMN, DataType::Int64, false),
+        ]);
+        let minutes = Minutes::new(
+            &spec.id,
+            &inner,
+            input,
+            (spec.out_of_orderness, spec.allowed_lateness),
+            vec![INNER_COLUMNS[0].into()],
+            vec![
+                Aggregate {
+                    name: "good".into(),
+                    kind: AggKind::Sum(INNER_COLUMNS[1].into()),
+                },
+                Aggregate {
+                    name: "total".into(),
+                    kind: AggKind::Count,
+                },
+            ],
         )?;
 
         let status = Schema::new(status_fields());
         let status_iceberg = iceberg_schema(&status, &[])?;
-        let (late, late_stream) = late_stream(input, &arrow, &spec.late_output)?;
+        let late_stream = late_stream(input, &arrow, &spec.late_output)?;
         let outputs = vec![
             StreamSpec {
                 name: spec.output.clone(),
@@ -453,9 +401,7 @@ impl Slo {
             outputs,
             status: Arc::new(status),
             input: arrow,
-            late: Arc::new(late),
-            window,
-            inner,
+            minutes,
             lengths,
             keys,
             by_key,
@@ -528,7 +474,6 @@ impl Slo {
         let mut take = Vec::new();
         let mut names = StringBuilder::new();
         let mut goods = Int64Builder::new();
-        let mut indices = Int64Builder::new();
         for (row, time) in times.iter().enumerate() {
             if services.is_null(row) {
                 continue;
@@ -570,121 +515,76 @@ impl Slo {
                 take.push(row as u32);
                 names.append_value(key);
                 goods.append_value(good as i64);
-                indices.append_value(row as i64);
             }
         }
         if take.is_empty() {
             return Ok(None);
         }
-        let take = UInt32Array::from(take);
-        let time = rows
-            .column_by_name(&self.spec.time_column)
-            .expect("checked by event_times");
-        let mut columns: Vec<ArrayRef> = vec![
-            arrow_select::take::take(time.as_ref(), &take, None)
-                .map_err(|e| self.invalid(e.to_string()))?,
-            Arc::new(names.finish()),
-            Arc::new(goods.finish()),
-            Arc::new(indices.finish()),
+        let columns: Vec<(Field, ArrayRef)> = vec![
+            (
+                Field::new(INNER_COLUMNS[0], DataType::Utf8, false),
+                Arc::new(names.finish()),
+            ),
+            (
+                Field::new(INNER_COLUMNS[1], DataType::Int64, false),
+                Arc::new(goods.finish()),
+            ),
         ];
-        let mut fields: Vec<Field> = self
-            .inner
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone())
-            .collect();
-        if let Some(clocks) = rows.column_by_name(SOURCE_CLOCK_COLUMN) {
-            columns.push(
-                arrow_select::take::take(clocks.as_ref(), &take, None)
-                    .map_err(|e| self.invalid(e.to_string()))?,
-            );
-            fields.push(Field::new(SOURCE_CLOCK_COLUMN, DataType::Int64, true));
-        }
-        // The time column keeps its own type (and time zone).
-        fields[0] = Field::new(
-            &self.spec.time_column,
-            columns[0].data_type().clone(),
-            false,
-        );
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        inner_rows(rows, &self.spec.time_column, take, columns)
             .map(Some)
             .map_err(|e| self.invalid(format!("minute rows: {e}")))
     }
 
-    /// Calls the inner window with a context of its own, then evaluates what it closed: the
-    /// minutes it emitted, the minutes without requests its clock passed, and the late rows
-    /// (as rows of `input`, when it was given rows).
-    fn through_window(
+    /// Evaluates what the minutes closed: the minutes emitted, the minutes without requests
+    /// the clock passed, and the late rows (as rows of `input`, when it was given rows).
+    fn evaluate_closed(
         &mut self,
         ctx: &mut Context<'_>,
         p: u32,
         input: Option<&RecordBatch>,
-        call: impl FnOnce(&mut Window, &mut Context<'_>) -> OpResult<()>,
+        closed: Closed,
     ) -> OpResult<()> {
-        let mut inner = ctx.nested();
-        call(&mut self.window, &mut inner)?;
-        let (emitted, dead) = inner.finish();
-        ctx.dead.extend(dead);
         let mut minutes: Vec<(String, i64, u64, u64)> = Vec::new();
-        let mut late: Vec<(usize, i64)> = Vec::new();
-        for (output, batch) in emitted {
-            let b = &batch.batch;
-            if output == 0 {
-                let starts = b.column_by_name("window_start").expect("window rows");
-                let names = b
-                    .column_by_name("slo")
-                    .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-                    .expect("window rows");
-                let goods = b.column_by_name("good").expect("window rows");
-                let totals = b.column_by_name("total").expect("window rows");
-                for r in 0..b.num_rows() {
-                    let start = integer_at(starts.as_ref(), r).unwrap_or_default();
-                    let total = integer_at(totals.as_ref(), r).unwrap_or_default() as u64;
-                    let good = integer_at(goods.as_ref(), r).unwrap_or_default() as u64;
-                    minutes.push((
-                        names.value(r).to_string(),
-                        start.div_euclid(MINUTE),
-                        total,
-                        total.saturating_sub(good),
-                    ));
-                }
-            } else {
-                let rows = b.column_by_name("row").expect("late rows");
-                let marks = b.column_by_name("late_watermark").expect("late rows");
-                for r in 0..b.num_rows() {
-                    late.push((
-                        integer_at(rows.as_ref(), r).unwrap_or_default() as usize,
-                        integer_at(marks.as_ref(), r).unwrap_or_default(),
-                    ));
-                }
+        for b in &closed.rows {
+            let starts = b.column_by_name("window_start").expect("window rows");
+            let names = b
+                .column_by_name("slo")
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+                .expect("window rows");
+            let goods = b.column_by_name("good").expect("window rows");
+            let totals = b.column_by_name("total").expect("window rows");
+            for r in 0..b.num_rows() {
+                let start = integer_at(starts.as_ref(), r).unwrap_or_default();
+                let total = integer_at(totals.as_ref(), r).unwrap_or_default() as u64;
+                let good = integer_at(goods.as_ref(), r).unwrap_or_default() as u64;
+                minutes.push((
+                    names.value(r).to_string(),
+                    start.div_euclid(MINUTE),
+                    total,
+                    total.saturating_sub(good),
+                ));
             }
         }
         minutes.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         let mut out = StatusRows::new();
-        for (name, minute, total, bad) in minutes {
-            self.evaluate_until(ctx, p, &name, minute, &mut out)?;
-            self.evaluate(ctx, p, &name, minute, total, bad, &mut out)?;
+        for (key, minute, total, bad) in minutes {
+            self.evaluate_until(ctx, p, &key, minute, &mut out)?;
+            self.evaluate(ctx, p, &key, minute, total, bad, &mut out)?;
         }
         // Minutes the clock closed without requests.
-        if let Some(wm) = self
-            .window
-            .watermarks()
-            .into_iter()
-            .find_map(|(q, wm)| (q == p).then_some(wm))
-        {
-            let open = wm.div_euclid(MINUTE); // minutes before it ended by wm
-            let names: Vec<String> = self
+        if let Some(open) = self.minutes.open_minute(p) {
+            let keys: Vec<String> = self
                 .running
                 .get(&p)
                 .map(|r| r.keys().cloned().collect())
                 .unwrap_or_default();
-            for name in names {
-                self.evaluate_until(ctx, p, &name, open, &mut out)?;
+            for key in keys {
+                self.evaluate_until(ctx, p, &key, open, &mut out)?;
             }
         }
         self.emit_status(ctx, p, out)?;
         if let Some(rows) = input {
-            self.emit_late(ctx, p, rows, late)?;
+            self.emit_late(ctx, p, rows, closed.late)?;
         }
         Ok(())
     }
@@ -788,31 +688,14 @@ impl Slo {
             return Ok(());
         }
         self.late_rows += late.len() as u64;
-        let indices = UInt32Array::from(late.iter().map(|(r, _)| *r as u32).collect::<Vec<_>>());
-        let width = self.input.fields().len();
-        let mut columns: Vec<ArrayRef> = rows
-            .columns()
-            .iter()
-            .take(width)
-            .map(|c| arrow_select::take::take(c.as_ref(), &indices, None))
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.invalid(e.to_string()))?;
-        let lateness = self.spec.allowed_lateness;
-        let mut reasons = StringBuilder::new();
-        let mut marks = TimestampMicrosecondBuilder::new();
-        for (_, w) in &late {
-            let w = w.saturating_add(lateness);
-            reasons.append_value(format!(
-                "operator {}: its minute was evaluated already (watermark {w} µs, allowed \
-                 lateness {lateness} µs)",
-                self.spec.id
-            ));
-            marks.append_value(w);
-        }
-        columns.push(Arc::new(reasons.finish()));
-        columns.push(Arc::new(marks.finish().with_timezone("+00:00")));
-        let batch = RecordBatch::try_new(self.late.clone(), columns)
-            .map_err(|e| self.invalid(format!("late rows: {e}")))?;
+        let (id, lateness) = (&self.spec.id, self.spec.allowed_lateness);
+        let batch = late_rows(rows, self.input.fields().len(), &late, |w| {
+            format!(
+                "operator {id}: its minute was evaluated already (watermark {w} µs, allowed \
+                 lateness {lateness} µs)"
+            )
+        })
+        .map_err(|e| self.invalid(format!("late rows: {e}")))?;
         ctx.emit(1, StreamBatch::single(1, batch, p));
         Ok(())
     }
@@ -940,11 +823,8 @@ impl Operator for Slo {
         }
         for (p, rows) in input.slices() {
             let expanded = self.expand(ctx, p, &rows)?;
-            let batch = expanded.map(|b| StreamBatch::single(0, b, p));
-            self.through_window(ctx, p, Some(&rows), |window, inner| match &batch {
-                Some(b) => window.on_batch(b, inner),
-                None => Ok(()),
-            })?;
+            let closed = self.minutes.on_rows(ctx, p, expanded)?;
+            self.evaluate_closed(ctx, p, Some(&rows), closed)?;
         }
         Ok(())
     }
@@ -955,10 +835,8 @@ impl Operator for Slo {
         watermark: i64,
         ctx: &mut Context<'_>,
     ) -> OpResult<()> {
-        let shifted = watermark.saturating_sub(self.spec.allowed_lateness);
-        self.through_window(ctx, partition, None, |window, inner| {
-            window.on_watermark(partition, shifted, inner)
-        })
+        let closed = self.minutes.on_watermark(ctx, partition, watermark)?;
+        self.evaluate_closed(ctx, partition, None, closed)
     }
 
     fn on_event_clock(
@@ -967,16 +845,12 @@ impl Operator for Slo {
         max_time: i64,
         ctx: &mut Context<'_>,
     ) -> OpResult<()> {
-        self.through_window(ctx, partition, None, |window, inner| {
-            window.on_event_clock(partition, max_time, inner)
-        })
+        let closed = self.minutes.on_event_clock(ctx, partition, max_time)?;
+        self.evaluate_closed(ctx, partition, None, closed)
     }
 
     fn on_restore(&mut self, partition: u32, ctx: &mut Context<'_>) -> OpResult<()> {
-        {
-            let mut inner = ctx.nested();
-            self.window.on_restore(partition, &mut inner)?;
-        }
+        self.minutes.on_restore(ctx, partition)?;
         let mut loaded = BTreeMap::new();
         let mut failed = None;
         ctx.scan(partition, &[0x20], Some(&[0x21]), |k, v| {
@@ -1019,17 +893,12 @@ impl Operator for Slo {
     }
 
     fn forget(&mut self) {
-        self.window.forget();
+        self.minutes.forget();
         self.running.clear();
     }
 
     fn watermarks(&self) -> Vec<(u32, i64)> {
-        // The inner window runs its clock `allowed_lateness` behind; the operator's is not.
-        self.window
-            .watermarks()
-            .into_iter()
-            .map(|(p, wm)| (p, wm.saturating_add(self.spec.allowed_lateness)))
-            .collect()
+        self.minutes.watermarks()
     }
 
     fn fingerprint(&self) -> Option<String> {
@@ -1037,7 +906,7 @@ impl Operator for Slo {
     }
 
     fn stats(&self) -> OperatorStats {
-        let inner = self.window.stats();
+        let inner = self.minutes.stats();
         OperatorStats {
             open_windows: inner.open_windows,
             late_rows: self.late_rows,
@@ -1053,6 +922,7 @@ mod tests {
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
     use arrow_array::{Int64Array, TimestampMicrosecondArray};
+    use floe_core::exchange::SOURCE_CLOCK_COLUMN;
     use floe_state::StateStore;
     use iceberg::spec::{NestedField, PrimitiveType, Type};
 

@@ -189,7 +189,6 @@ pub struct Window {
     bound: Vec<Bound>,
     outputs: Vec<StreamSpec>,
     main: SchemaRef,
-    late: SchemaRef,
     input: SchemaRef,
     parts: HashMap<u32, Part>,
     late_rows: u64,
@@ -231,23 +230,23 @@ pub(crate) fn timestamp() -> DataType {
 }
 
 /// The late-rows stream `name` of an operator over `input` (whose columns are `arrow`): the
-/// input's columns, then `late_reason` and `late_watermark`; with its Arrow schema.
+/// input's columns, then `late_reason` and `late_watermark`.
 pub(crate) fn late_stream(
     input: &StreamSpec,
     arrow: &Schema,
     name: &str,
-) -> Result<(Schema, StreamSpec), String> {
-    let mut fields: Vec<Field> = arrow.fields().iter().map(|f| f.as_ref().clone()).collect();
-    fields.push(Field::new("late_reason", DataType::Utf8, false));
-    fields.push(Field::new("late_watermark", timestamp(), false));
-    let plain: Vec<Field> = fields
+) -> Result<StreamSpec, String> {
+    let mut fields: Vec<Field> = arrow
+        .fields()
         .iter()
         .map(|f| Field::new(f.name(), f.data_type().clone(), f.is_nullable()))
         .collect();
-    let stream = StreamSpec {
+    fields.push(Field::new("late_reason", DataType::Utf8, false));
+    fields.push(Field::new("late_watermark", timestamp(), false));
+    Ok(StreamSpec {
         name: name.to_string(),
         table: name.to_string(),
-        schema: Some(iceberg_schema(&Schema::new(plain), &[])?),
+        schema: Some(iceberg_schema(&Schema::new(fields), &[])?),
         changelog: false,
         key: Vec::new(),
         time_column: input.time_column.clone(),
@@ -255,8 +254,47 @@ pub(crate) fn late_stream(
         bloom_filter_columns: Vec::new(),
         plain_columns: Vec::new(),
         properties: Vec::new(),
-    };
-    Ok((Schema::new(fields), stream))
+    })
+}
+
+/// The late table's rows: the first `width` columns of `rows` (the input's, not what an
+/// exchange adds to them) at the row indices of `late`, each with `reason(watermark)` and
+/// the watermark it was late for — the columns [`late_stream`] declares.
+pub(crate) fn late_rows(
+    rows: &RecordBatch,
+    width: usize,
+    late: &[(usize, i64)],
+    reason: impl Fn(i64) -> String,
+) -> Result<RecordBatch, String> {
+    let indices =
+        arrow_array::UInt32Array::from(late.iter().map(|(r, _)| *r as u32).collect::<Vec<_>>());
+    let mut columns: Vec<ArrayRef> = rows
+        .columns()
+        .iter()
+        .take(width)
+        .map(|c| arrow_select::take::take(c.as_ref(), &indices, None))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let mut reasons = StringBuilder::new();
+    let mut marks = TimestampMicrosecondBuilder::new();
+    for (_, w) in late {
+        reasons.append_value(reason(*w));
+        marks.append_value(*w);
+    }
+    columns.push(Arc::new(reasons.finish()));
+    columns.push(Arc::new(marks.finish().with_timezone("+00:00")));
+    let fields: Vec<Field> = rows
+        .schema()
+        .fields()
+        .iter()
+        .take(width)
+        .map(|f| f.as_ref().clone())
+        .chain([
+            Field::new("late_reason", DataType::Utf8, false),
+            Field::new("late_watermark", timestamp(), false),
+        ])
+        .collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| e.to_string())
 }
 
 /// The unit of an event-time column: a timestamp's, or µs for a long.
@@ -422,7 +460,7 @@ impl Window {
         let main_iceberg = iceberg_schema(&rollup, &identifier)?;
         let mut main_fields = fields;
         main_fields.push(Field::new(OP_COLUMN, DataType::Int8, false));
-        let (late, late_stream) = late_stream(input, &arrow, &spec.late_output)?;
+        let late_stream = late_stream(input, &arrow, &spec.late_output)?;
         let outputs = vec![
             StreamSpec {
                 name: spec.output.clone(),
@@ -446,7 +484,6 @@ impl Window {
             bound,
             outputs,
             main: Arc::new(Schema::new(main_fields)),
-            late: Arc::new(late),
             input: arrow,
             parts: HashMap::new(),
             late_rows: 0,
@@ -623,46 +660,14 @@ impl Window {
             return Ok(());
         }
         self.late_rows += late.len() as u64;
-        let indices =
-            arrow_array::UInt32Array::from(late.iter().map(|(r, _)| *r as u32).collect::<Vec<_>>());
-        // The input's columns (not what an exchange adds to them), then why.
-        let width = self.input.fields().len();
-        let mut columns: Vec<ArrayRef> = rows
-            .columns()
-            .iter()
-            .take(width)
-            .map(|c| arrow_select::take::take(c.as_ref(), &indices, None))
-            .collect::<Result<_, _>>()
-            .map_err(|e| self.invalid(e.to_string()))?;
-        let mut reasons = StringBuilder::new();
-        let mut marks = TimestampMicrosecondBuilder::new();
-        for (_, w) in late {
-            reasons.append_value(format!(
-                "operator {}: later than the allowed lateness (watermark {} µs, allowed lateness {} µs)",
-                self.spec.id, w, self.spec.allowed_lateness
-            ));
-            marks.append_value(*w);
-        }
-        columns.push(Arc::new(reasons.finish()));
-        columns.push(Arc::new(marks.finish().with_timezone("+00:00")));
-        let fields: Vec<Field> = rows
-            .schema()
-            .fields()
-            .iter()
-            .take(width)
-            .map(|f| f.as_ref().clone())
-            .chain(
-                self.late
-                    .fields()
-                    .iter()
-                    .rev()
-                    .take(2)
-                    .rev()
-                    .map(|f| f.as_ref().clone()),
+        let (id, lateness) = (&self.spec.id, self.spec.allowed_lateness);
+        let batch = late_rows(rows, self.input.fields().len(), late, |w| {
+            format!(
+                "operator {id}: later than the allowed lateness (watermark {w} µs, allowed \
+                 lateness {lateness} µs)"
             )
-            .collect();
-        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-            .map_err(|e| self.invalid(format!("late rows: {e}")))?;
+        })
+        .map_err(|e| self.invalid(format!("late rows: {e}")))?;
         ctx.emit(1, StreamBatch::single(1, batch, p));
         Ok(())
     }

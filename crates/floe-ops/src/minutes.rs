@@ -1,0 +1,254 @@
+//! Final minutes: the counting under the `slo` and `regression` operators.
+//!
+//! Both read requests back from an exchange, count them per minute of event time and key,
+//! and then evaluate each minute **once**, when it is final. [`Minutes`] is that count: a
+//! tumbling one-minute [`Window`] without allowed lateness whose clock runs the operator's
+//! allowed lateness behind, so a minute closes at `watermark ≥ end + allowed_lateness` and is
+//! emitted once, final; rows later than that come back as late (row, watermark) pairs for the
+//! operator's late table.
+//!
+//! The caller feeds it rows built by [`inner_rows`]: the time column, the caller's key and
+//! aggregate columns, the index of the input row ([`ROW_COLUMN`], so late rows are reported
+//! as the input's) and the exchange's source clock. [`require_exchange_by`] is the check both
+//! operators make of their input.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, UInt32Array};
+use arrow_schema::{DataType, Field, Schema};
+use floe_core::exchange::{SOURCE_CLOCK_COLUMN, exchange_key, is_exchanged};
+use floe_core::{StreamBatch, StreamSpec};
+
+use crate::aggregate::Aggregate;
+use crate::codec::integer_at;
+use crate::window::{Window, WindowKind, WindowSpec, iceberg_schema};
+use crate::{Context, OpResult, Operator, OperatorStats};
+
+/// One minute, µs.
+pub(crate) const MINUTE: i64 = 60_000_000;
+
+/// The inner rows' column holding the index of their input row.
+pub(crate) const ROW_COLUMN: &str = "row";
+
+/// Refuses `input` unless it is read back from an exchange keyed by a subset of `allowed`:
+/// `what` needs every row of such a key in one partition.
+pub(crate) fn require_exchange_by(
+    input: &StreamSpec,
+    allowed: &[String],
+    what: &str,
+) -> Result<(), String> {
+    match exchange_key(input) {
+        Some(key) if key.iter().all(|k| allowed.contains(k)) => Ok(()),
+        Some(key) => Err(format!(
+            "stream {} is exchanged by {}: {what} needs every request of its service in one \
+             partition, so exchange by {} alone",
+            input.name,
+            key.join(", "),
+            allowed.join(" or by ")
+        )),
+        None if is_exchanged(input) => Err(format!(
+            "stream {} was exchanged by an older Floe that did not record its key: restart the \
+             exchange's job first",
+            input.name
+        )),
+        None => Err(format!(
+            "stream {} is not read back from an exchange: {what} needs every request of its \
+             service in one partition; put an exchange keyed by {} before it",
+            input.name, allowed[0]
+        )),
+    }
+}
+
+/// The rows of `rows` at `take` for [`Minutes`]: the time column, then `columns` (one value
+/// per taken row), the input row index and the exchange's source clock if the rows have one.
+pub(crate) fn inner_rows(
+    rows: &RecordBatch,
+    time_column: &str,
+    take: Vec<u32>,
+    columns: Vec<(Field, ArrayRef)>,
+) -> Result<RecordBatch, String> {
+    let indices = Int64Array::from(take.iter().map(|r| i64::from(*r)).collect::<Vec<_>>());
+    let take = UInt32Array::from(take);
+    let pick = |c: &ArrayRef| arrow_select::take::take(c.as_ref(), &take, None);
+    let time = rows
+        .column_by_name(time_column)
+        .ok_or_else(|| format!("no column {time_column}"))?;
+    let time = pick(time).map_err(|e| e.to_string())?;
+    // The time column keeps its own type (and time zone).
+    let mut fields = vec![Field::new(time_column, time.data_type().clone(), false)];
+    let mut arrays = vec![time];
+    for (field, array) in columns {
+        fields.push(field);
+        arrays.push(array);
+    }
+    fields.push(Field::new(ROW_COLUMN, DataType::Int64, false));
+    arrays.push(Arc::new(indices));
+    if let Some(clocks) = rows.column_by_name(SOURCE_CLOCK_COLUMN) {
+        fields.push(Field::new(SOURCE_CLOCK_COLUMN, DataType::Int64, true));
+        arrays.push(pick(clocks).map_err(|e| e.to_string())?);
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(|e| e.to_string())
+}
+
+/// What one call closed.
+#[derive(Debug, Default)]
+pub(crate) struct Closed {
+    /// The closed minutes, as the window emits them (`window_start`, `window_end`, the key
+    /// columns, the aggregates); each (minute, key) once.
+    pub rows: Vec<RecordBatch>,
+    /// (input row, the operator's watermark) of rows whose minute was evaluated already.
+    pub late: Vec<(usize, i64)>,
+}
+
+/// Counts per minute and key, each minute emitted once, final.
+pub(crate) struct Minutes {
+    window: Window,
+    lateness: i64,
+}
+
+impl Minutes {
+    /// Counts rows of schema `inner` (as [`inner_rows`] builds them; its first field is the
+    /// time column) of the exchanged stream `input`, per minute and `key`, with `aggregates`.
+    pub(crate) fn new(
+        id: &str,
+        inner: &Schema,
+        input: &StreamSpec,
+        (out_of_orderness, allowed_lateness): (i64, i64),
+        key: Vec<String>,
+        aggregates: Vec<Aggregate>,
+    ) -> Result<Self, String> {
+        let time_column = inner.field(0).name().clone();
+        let stream = StreamSpec {
+            name: format!("{id}__minutes"),
+            table: format!("{id}__minutes"),
+            schema: Some(iceberg_schema(inner, &[])?),
+            changelog: false,
+            key: Vec::new(),
+            time_column: Some(time_column.clone()),
+            partition: Vec::new(),
+            bloom_filter_columns: Vec::new(),
+            plain_columns: Vec::new(),
+            properties: floe_core::exchange::exchanged_property(input),
+        };
+        let window = Window::new(
+            WindowSpec {
+                id: id.to_string(),
+                kind: WindowKind::Tumbling { size: MINUTE },
+                time_column,
+                out_of_orderness: out_of_orderness.saturating_add(allowed_lateness),
+                allowed_lateness: 0,
+                idle_after: None,
+                key,
+                aggregates,
+                output: format!("{id}__counts"),
+                late_output: format!("{id}__late"),
+            },
+            &stream,
+        )?;
+        Ok(Self {
+            window,
+            lateness: allowed_lateness,
+        })
+    }
+
+    /// Calls the window with a context of its own; what it closed.
+    fn run(
+        &mut self,
+        ctx: &mut Context<'_>,
+        call: impl FnOnce(&mut Window, &mut Context<'_>) -> OpResult<()>,
+    ) -> OpResult<Closed> {
+        let mut inner = ctx.nested();
+        call(&mut self.window, &mut inner)?;
+        let (emitted, dead) = inner.finish();
+        ctx.dead.extend(dead);
+        let mut closed = Closed::default();
+        for (output, batch) in emitted {
+            let b = batch.batch;
+            if output == 0 {
+                closed.rows.push(b);
+                continue;
+            }
+            let rows = b.column_by_name(ROW_COLUMN).expect("late rows");
+            let marks = b.column_by_name("late_watermark").expect("late rows");
+            for r in 0..b.num_rows() {
+                closed.late.push((
+                    integer_at(rows.as_ref(), r).unwrap_or_default() as usize,
+                    integer_at(marks.as_ref(), r)
+                        .unwrap_or_default()
+                        .saturating_add(self.lateness),
+                ));
+            }
+        }
+        Ok(closed)
+    }
+
+    /// Counts `rows` (of [`inner_rows`]) of partition `p`.
+    pub(crate) fn on_rows(
+        &mut self,
+        ctx: &mut Context<'_>,
+        p: u32,
+        rows: Option<RecordBatch>,
+    ) -> OpResult<Closed> {
+        self.run(ctx, |window, inner| match rows {
+            Some(b) => window.on_batch(&StreamBatch::single(0, b, p), inner),
+            None => Ok(()),
+        })
+    }
+
+    /// The operator's watermark of `p` moved.
+    pub(crate) fn on_watermark(
+        &mut self,
+        ctx: &mut Context<'_>,
+        p: u32,
+        watermark: i64,
+    ) -> OpResult<Closed> {
+        let shifted = watermark.saturating_sub(self.lateness);
+        self.run(ctx, |window, inner| window.on_watermark(p, shifted, inner))
+    }
+
+    /// A source clock behind the exchange moved.
+    pub(crate) fn on_event_clock(
+        &mut self,
+        ctx: &mut Context<'_>,
+        p: u32,
+        max_time: i64,
+    ) -> OpResult<Closed> {
+        self.run(ctx, |window, inner| {
+            window.on_event_clock(p, max_time, inner)
+        })
+    }
+
+    /// Restores partition `p`'s counting state.
+    pub(crate) fn on_restore(&mut self, ctx: &mut Context<'_>, p: u32) -> OpResult<()> {
+        let mut inner = ctx.nested();
+        self.window.on_restore(p, &mut inner)
+    }
+
+    /// Forgets what it holds in memory.
+    pub(crate) fn forget(&mut self) {
+        self.window.forget();
+    }
+
+    /// The minute (µs since the epoch / 60 s) the clock of `p` is in: every earlier minute
+    /// is final.
+    pub(crate) fn open_minute(&self, p: u32) -> Option<i64> {
+        self.window
+            .watermarks()
+            .into_iter()
+            .find_map(|(q, wm)| (q == p).then(|| wm.div_euclid(MINUTE)))
+    }
+
+    /// The operator's watermarks (the window's run `allowed_lateness` behind).
+    pub(crate) fn watermarks(&self) -> Vec<(u32, i64)> {
+        self.window
+            .watermarks()
+            .into_iter()
+            .map(|(p, wm)| (p, wm.saturating_add(self.lateness)))
+            .collect()
+    }
+
+    /// The window's statistics.
+    pub(crate) fn stats(&self) -> OperatorStats {
+        self.window.stats()
+    }
+}
