@@ -49,6 +49,15 @@
 //! # columns (defaults): service_column = "service_name", endpoint_column = "span_name",
 //! #   error_column = "error", duration_column = "duration_ns"
 //!
+//! [[operators]]
+//! id = "deploy_regressions"
+//! kind = "regression"           # new versions against the ones they replace (floe_ops::regression)
+//! input = "by_service"          # requests, exchanged by service
+//! allowed_lateness = "1m"
+//! # columns (defaults): service_column = "service_name", version_column = "service_version",
+//! #   error_column = "error", duration_column = "duration_ns"
+//! regression = { baseline = "30m", after = "10m", max_wait = "1h", min_requests = 200, alpha = 0.001, min_error_increase = 0.005, quantile = 0.99, latency_effect = 1.2 }
+//!
 //! [[slos]]
 //! name = "checkout-availability"
 //! service = "checkout"
@@ -68,6 +77,7 @@ use toml::Spanned;
 
 use crate::Operator;
 use crate::aggregate::{Aggregate, parse_aggregate};
+use crate::regression::{DEFAULTS, Regression, RegressionSpec};
 use crate::slo::{Objective, Sli, Slo, SloSpec};
 use crate::sql::Sql;
 use crate::window::{Window, WindowKind, WindowSpec};
@@ -135,18 +145,44 @@ pub struct RawOperator {
     pub retention: Option<Text>,
     /// `exchange`: copies of each partition (default: the brokers' default).
     pub replication: Option<Spanned<i64>>,
-    /// `slo`: the column naming the service (default `service_name`).
+    /// `slo`, `regression`: the column naming the service (default `service_name`).
     pub service_column: Option<Text>,
+    /// `regression`: the column naming the service's version (default `service_version`).
+    pub version_column: Option<Text>,
+    /// `regression`: how deploys are compared.
+    pub regression: Option<Spanned<RawRegression>>,
     /// `slo`: the column naming the endpoint (default `span_name`).
     pub endpoint_column: Option<Text>,
-    /// `slo`: the column that is non-zero for a failed request (default `error`).
+    /// `slo`, `regression`: the column that is non-zero for a failed request (default `error`).
     pub error_column: Option<Text>,
-    /// `slo`: the column of a request's duration in ns (default `duration_ns`).
+    /// `slo`, `regression`: the column of a request's duration in ns (default `duration_ns`).
     pub duration_column: Option<Text>,
     /// `window`: output column → aggregate (`count()`, `sum(col)`, `min(col)`, `max(col)`,
     /// `avg(col)`, `count_distinct(col)`, `quantile(col, q)`).
     #[serde(default)]
     pub aggregates: BTreeMap<String, Text>,
+}
+
+/// `[[operators]] regression = {…}` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRegression {
+    /// The old version's minutes before the deploy that are compared (default `30m`).
+    pub baseline: Option<Text>,
+    /// The new version's minutes before the decision (default `10m`).
+    pub after: Option<Text>,
+    /// How long after the deploy a decision waits for traffic (default `1h`).
+    pub max_wait: Option<Text>,
+    /// Requests each side needs for a verdict (default 200).
+    pub min_requests: Option<Spanned<i64>>,
+    /// Significance of the error-rate test (default 0.001).
+    pub alpha: Option<Spanned<f64>>,
+    /// The smallest error-rate increase that is a regression (default 0.005).
+    pub min_error_increase: Option<Spanned<f64>>,
+    /// The latency quantile compared (default 0.99).
+    pub quantile: Option<Spanned<f64>>,
+    /// The smallest ratio of new to old quantile that is a regression (default 1.2).
+    pub latency_effect: Option<Spanned<f64>>,
 }
 
 /// `[[slos]]` as written.
@@ -196,6 +232,8 @@ pub enum OperatorKind {
     Window(WindowSpec),
     /// `slo`.
     Slo(SloSpec),
+    /// `regression`.
+    Regression(RegressionSpec),
     /// `exchange`: not an operator of the pipeline — its input's rows go to a topic, and the
     /// job's reader reads them back as its output stream (the runtime's `exchange` module).
     Exchange(ExchangeConfig),
@@ -238,7 +276,10 @@ pub struct OperatorConfig {
 impl OperatorConfig {
     /// Whether it keeps state.
     pub fn stateful(&self) -> bool {
-        matches!(self.kind, OperatorKind::Window(_) | OperatorKind::Slo(_))
+        matches!(
+            self.kind,
+            OperatorKind::Window(_) | OperatorKind::Slo(_) | OperatorKind::Regression(_)
+        )
     }
 
     /// For a stateful operator, the digest of everything its stored state depends on.
@@ -246,6 +287,7 @@ impl OperatorConfig {
         match &self.kind {
             OperatorKind::Window(w) => Some(w.fingerprint()),
             OperatorKind::Slo(spec) => Some(spec.fingerprint()),
+            OperatorKind::Regression(spec) => Some(spec.fingerprint()),
             OperatorKind::Sql { .. } | OperatorKind::Exchange(_) => None,
         }
     }
@@ -262,6 +304,7 @@ impl OperatorConfig {
             )?),
             OperatorKind::Window(spec) => Box::new(Window::new(spec.clone(), input)?),
             OperatorKind::Slo(spec) => Box::new(Slo::new(spec.clone(), input)?),
+            OperatorKind::Regression(spec) => Box::new(Regression::new(spec.clone(), input)?),
             OperatorKind::Exchange(_) => {
                 return Err("an exchange is the reader's, not an operator of the pipeline".into());
             }
@@ -301,6 +344,21 @@ impl OperatorConfig {
                     micros_text(spec.allowed_lateness)
                 )
             }
+            OperatorKind::Regression(r) => format!(
+                "regression of {} by {} on {}: new versions' first {} min against the {} min \
+                 before (at least {} requests each; errors p < {}, +{}; p{} ×{}; lateness {})",
+                r.service_column,
+                r.version_column,
+                r.time_column,
+                r.after_minutes,
+                r.baseline_minutes,
+                r.min_requests,
+                r.alpha,
+                r.min_error_increase,
+                r.quantile * 100.0,
+                r.latency_effect,
+                micros_text(r.allowed_lateness)
+            ),
             OperatorKind::Window(w) => {
                 let shape = match w.kind {
                     WindowKind::Tumbling { size } => format!("tumbling {}", micros_text(size)),
@@ -410,11 +468,17 @@ pub fn check_pipeline(
                 );
             }
         };
-        if kind_name != "slo" {
+        if kind_name != "slo" && kind_name != "regression" {
             not_for(c, "service_column", raw.service_column.is_some());
-            not_for(c, "endpoint_column", raw.endpoint_column.is_some());
             not_for(c, "error_column", raw.error_column.is_some());
             not_for(c, "duration_column", raw.duration_column.is_some());
+        }
+        if kind_name != "slo" {
+            not_for(c, "endpoint_column", raw.endpoint_column.is_some());
+        }
+        if kind_name != "regression" {
+            not_for(c, "version_column", raw.version_column.is_some());
+            not_for(c, "regression", raw.regression.is_some());
         }
         if kind_name != "exchange" {
             not_for(c, "partitions", raw.partitions.is_some());
@@ -503,11 +567,43 @@ pub fn check_pipeline(
                         .unwrap_or_else(|| format!("{output}_late")),
                 })
             }
+            "regression" => {
+                not_for(c, "where", raw.predicate.is_some());
+                not_for(c, "columns", raw.columns.is_some());
+                not_for(c, "window", raw.window.is_some());
+                not_for(c, "key", raw.key.is_some());
+                not_for(c, "aggregates", !raw.aggregates.is_empty());
+                let column = |c: &mut Checker<'_>, v: &Option<Text>, default: &str| {
+                    c.opt(v.as_ref()).unwrap_or_else(|| default.to_string())
+                };
+                let Some(settings) = regression(c, raw) else {
+                    continue;
+                };
+                OperatorKind::Regression(RegressionSpec {
+                    id: id.clone(),
+                    // Resolved against the input stream by `resolve_time`.
+                    time_column: c.opt(raw.time_column.as_ref()).unwrap_or_default(),
+                    out_of_orderness: 0,
+                    allowed_lateness: c
+                        .duration_or_zero(raw.allowed_lateness.as_ref(), Duration::ZERO)
+                        .as_micros() as i64,
+                    service_column: column(c, &raw.service_column, "service_name"),
+                    version_column: column(c, &raw.version_column, "service_version"),
+                    error_column: column(c, &raw.error_column, "error"),
+                    duration_column: column(c, &raw.duration_column, "duration_ns"),
+                    output: output.clone(),
+                    late_output: c
+                        .opt(raw.late_output.as_ref())
+                        .unwrap_or_else(|| format!("{output}_late")),
+                    ..settings
+                })
+            }
             other => {
                 c.at(
                     kind_value,
                     format!(
-                        "there is no operator kind {other:?}; use filter, select, window, exchange or slo"
+                        "there is no operator kind {other:?}; use filter, select, window, \
+                         exchange, slo or regression"
                     ),
                 );
                 continue;
@@ -517,6 +613,7 @@ pub fn check_pipeline(
         match &kind {
             OperatorKind::Window(w) => outputs.push(w.late_output.clone()),
             OperatorKind::Slo(spec) => outputs.push(spec.late_output.clone()),
+            OperatorKind::Regression(spec) => outputs.push(spec.late_output.clone()),
             _ => {}
         }
         for out in &outputs {
@@ -956,6 +1053,85 @@ pub fn exchange_output(op: &OperatorConfig, input: &StreamSpec) -> Result<Stream
     })
 }
 
+/// The comparison settings of a `regression` operator (columns and streams left empty).
+fn regression(c: &mut Checker<'_>, raw: &RawOperator) -> Option<RegressionSpec> {
+    let empty = RawRegression::default();
+    let r = raw.regression.as_ref().map_or(&empty, |r| r.get_ref());
+    let minutes = |c: &mut Checker<'_>, v: Option<&Text>, default: i64| -> Option<i64> {
+        let d = c.duration(v, Duration::from_secs(default as u64 * 60));
+        if !d.as_micros().is_multiple_of(60_000_000) {
+            if let Some(v) = v {
+                c.at(
+                    v,
+                    "a whole number of minutes: deploys are compared minute by minute",
+                );
+            }
+            return None;
+        }
+        Some((d.as_secs() / 60) as i64)
+    };
+    let baseline = minutes(c, r.baseline.as_ref(), DEFAULTS.baseline_minutes);
+    let after = minutes(c, r.after.as_ref(), DEFAULTS.after_minutes);
+    let max_wait = minutes(c, r.max_wait.as_ref(), DEFAULTS.max_wait_minutes);
+    if let (Some(after), Some(max_wait), Some(v)) = (after, max_wait, r.max_wait.as_ref())
+        && max_wait < after
+    {
+        c.at(v, "`max_wait` is at least `after`");
+    }
+    let min_requests = match &r.min_requests {
+        None => Some(DEFAULTS.min_requests),
+        Some(n) if *n.get_ref() >= 1 => Some(*n.get_ref() as u64),
+        Some(n) => {
+            c.at(n, "`min_requests` is at least 1");
+            None
+        }
+    };
+    let mut fraction = |v: &Option<Spanned<f64>>, default: f64, name: &str, max: f64| match v {
+        None => Some(default),
+        Some(x) if *x.get_ref() > 0.0 && *x.get_ref() < max => Some(*x.get_ref()),
+        Some(x) => {
+            c.at(x, format!("`{name}` is between 0 and {max}, exclusive"));
+            None
+        }
+    };
+    let alpha = fraction(&r.alpha, DEFAULTS.alpha, "alpha", 1.0);
+    let increase = fraction(
+        &r.min_error_increase,
+        DEFAULTS.min_error_increase,
+        "min_error_increase",
+        1.0,
+    );
+    let quantile = fraction(&r.quantile, DEFAULTS.quantile, "quantile", 1.0);
+    let effect = match &r.latency_effect {
+        None => Some(DEFAULTS.latency_effect),
+        Some(x) if *x.get_ref() > 1.0 && x.get_ref().is_finite() => Some(*x.get_ref()),
+        Some(x) => {
+            c.at(x, "`latency_effect` is a ratio above 1 (1.2: 20 % slower)");
+            None
+        }
+    };
+    Some(RegressionSpec {
+        id: String::new(),
+        time_column: String::new(),
+        out_of_orderness: 0,
+        allowed_lateness: 0,
+        service_column: String::new(),
+        version_column: String::new(),
+        error_column: String::new(),
+        duration_column: String::new(),
+        baseline_minutes: baseline?,
+        after_minutes: after?,
+        max_wait_minutes: max_wait?.max(after?),
+        min_requests: min_requests?,
+        alpha: alpha?,
+        min_error_increase: increase?,
+        quantile: quantile?,
+        latency_effect: effect?,
+        output: String::new(),
+        late_output: String::new(),
+    })
+}
+
 fn exchange(c: &mut Checker<'_>, id: &str, raw: &RawOperator, at: &Text) -> Option<ExchangeConfig> {
     let key: Vec<String> = raw.key.iter().flatten().map(|k| c.text(k)).collect();
     if key.is_empty() {
@@ -1056,6 +1232,7 @@ pub fn resolve_time(pipeline: &mut Pipeline, source: &[StreamSpec]) -> Vec<(Stri
                 (&mut w.time_column, &mut w.out_of_orderness)
             }
             OperatorKind::Slo(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
+            OperatorKind::Regression(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             _ => continue,
         };
         *ooo = time.out_of_orderness.as_micros() as i64;

@@ -27,6 +27,7 @@ pub mod aggregate;
 pub mod codec;
 pub mod config;
 mod minutes;
+pub mod regression;
 pub mod slo;
 pub mod sql;
 pub mod timers;

@@ -104,6 +104,8 @@ pub struct Generator {
     recent: Vec<Vec<(Vec<u8>, Vec<u8>)>>,
     /// Rollouts, by event time.
     deploys: Vec<Deploy>,
+    /// The gap between requests' starts (ns), drawn uniformly.
+    gap: std::ops::Range<u64>,
 }
 
 /// One generated record.
@@ -197,7 +199,16 @@ impl Generator {
             requests: 0,
             recent: vec![Vec::new(); SERVICES.len()],
             deploys: Vec::new(),
+            gap: 100_000..2_000_000,
         }
+    }
+
+    /// The generator with `requests_per_second` requests a second of event time on average
+    /// (default: about 950).
+    pub fn with_rate(mut self, requests_per_second: u64) -> Self {
+        let mean = 1_000_000_000 / requests_per_second.max(1);
+        self.gap = (mean / 10).max(1)..(mean * 19 / 10).max(2);
+        self
     }
 
     /// The generator with `deploy` rolled out at its time. Panics if its service is not one
@@ -254,7 +265,7 @@ impl Generator {
         let mut logs: ByResource<LogRecord> = BTreeMap::new();
         for _ in 0..requests {
             self.requests += 1;
-            self.clock += self.rng.random_range(100_000..2_000_000);
+            self.clock += self.rng.random_range(self.gap.clone());
             let trace_id = self.id::<16>();
             let now = self.clock;
             let deployed: Vec<Option<Deploy>> = (0..SERVICES.len())

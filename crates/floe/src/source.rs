@@ -206,4 +206,51 @@ mod tests {
         ));
         assert!(twice.contains("two SLOs are named a"), "{twice}");
     }
+    /// A job with a select, an exchange by service and a regression operator with `settings`.
+    fn regression_problems(settings: &str) -> String {
+        let text = format!(
+            "{HEAD}{KAFKA}\n\
+             [[operators]]\nid = \"requests\"\nkind = \"select\"\ninput = \"spans\"\n\
+             columns = [\"ts\", \"service_name\", \"service_version\", \"duration_ns\", \
+             \"CASE WHEN status_code = 'ERROR' THEN 1 ELSE 0 END AS error\", \"kafka_offset\", \"kafka_item\"]\n\
+             [[operators]]\nid = \"by_service\"\nkind = \"exchange\"\ninput = \"requests\"\nkey = [\"service_name\"]\n\
+             [[operators]]\nid = \"deploys\"\nkind = \"regression\"\ninput = \"by_service\"\n{settings}"
+        );
+        match JobConfig::from_toml::<RawSource>(None, &text) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_regression_operator_is_checked_with_its_place() {
+        assert_eq!(regression_problems(""), "");
+        assert_eq!(
+            regression_problems(
+                "regression = { after = \"5m\", min_requests = 50, latency_effect = 1.5 }\n"
+            ),
+            ""
+        );
+        let minutes = regression_problems("regression = { after = \"90s\" }\n");
+        assert!(
+            minutes.contains(":21:24") && minutes.contains("whole number of minutes"),
+            "{minutes}"
+        );
+        let effect = regression_problems("regression = { latency_effect = 0.9 }\n");
+        assert!(effect.contains("ratio above 1"), "{effect}");
+        let alpha = regression_problems("regression = { alpha = 1.5 }\n");
+        assert!(alpha.contains("`alpha` is between 0 and 1"), "{alpha}");
+        let unknown = regression_problems("regression = { alfa = 0.01 }\n");
+        assert!(unknown.contains("alfa"), "{unknown}");
+        let misplaced = regression_problems("endpoint_column = \"x\"\n");
+        assert!(
+            misplaced.contains("not a setting of a regression operator"),
+            "{misplaced}"
+        );
+        let wrong_key = regression_problems("service_column = \"service_version\"\n");
+        assert!(
+            wrong_key.contains("exchanged by service_name"),
+            "{wrong_key}"
+        );
+    }
 }

@@ -8,7 +8,10 @@
 //! spans; errors are status ERROR or HTTP 5xx on SERVER spans — for every minute the final
 //! clock closed: one row per (window, service, span name, version, team), counts and errors
 //! exact (`EXCEPT ALL` both ways), and every latency quantile within the sketch's 1 %
-//! relative error of the exact quantile at the same rank.
+//! relative error of the exact quantile at the same rank. `otel_slo_status` must equal
+//! DuckDB's minute series and window sums; `otel_deploy_regressions` must flag the bad deploy
+//! of `payments` four minutes in, with DuckDB's request counts and error rates of both
+//! versions over the compared minutes and the z-test's p-value recomputed from them.
 //!
 //! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
 
@@ -16,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use floe_otlp::generate::Generator;
+use floe_otlp::generate::{Deploy, Generator};
 use rdkafka::producer::FutureRecord;
 
 mod support;
@@ -25,8 +28,10 @@ use support::{python, service, spawn_floe_with, start_catalog, temp_dir, termina
 const PARTITIONS: i32 = 4;
 const RECORDS: usize = 800;
 const REQUESTS: usize = 4;
-/// 2025-10-09T08:53:20Z, a minute boundary.
+/// 2025-10-09T08:53:20Z.
 const START_NS: u64 = 1_760_000_000_000_000_000;
+/// Event time of the bad deploy: `payments` 1.1.0, 4 × its errors, 1.5 × slower.
+const DEPLOY_NS: u64 = START_NS + 4 * 60_000_000_000;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
@@ -39,12 +44,21 @@ async fn the_red_recipe_equals_duckdb_over_the_landed_spans() {
     let (topic, exchange) = (format!("red-{run}"), format!("red-x-{run}"));
     support::create_topic(&brokers, &topic, PARTITIONS).await;
 
-    // Four minutes of traffic, a record every 300 ms of event time, spread over the partitions.
+    // Sixteen minutes of traffic, a record every 1.2 s of event time, spread over the
+    // partitions; payments deploys a bad version four minutes in.
     let producer = support::producer(&brokers);
     let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
     for j in 0..RECORDS {
-        let start = START_NS + j as u64 * 300_000_000;
-        let [traces, _logs] = Generator::new(j as u64, start).requests(REQUESTS);
+        let start = START_NS + j as u64 * 1_200_000_000;
+        let [traces, _logs] = Generator::new(j as u64, start)
+            .with_deploy(Deploy {
+                service: "payments".into(),
+                version: "1.1.0".into(),
+                at_unix_nano: DEPLOY_NS,
+                error_factor: 4.0,
+                latency_factor: 1.5,
+            })
+            .requests(REQUESTS);
         let delivery = producer
             .send(
                 FutureRecord::<(), [u8]>::to(&topic)
@@ -144,7 +158,7 @@ print(one("SELECT count(*) FROM got"),
       one(f"SELECT count(*) FROM (SELECT {{keys}} FROM expected EXCEPT ALL SELECT {{keys}} FROM got)"),
       one(f"SELECT count(*) FROM (SELECT {{keys}} FROM got EXCEPT ALL SELECT {{keys}} FROM expected)"),
       one("SELECT sum(errors) FROM got"),
-      one("SELECT count(*) FROM got WHERE service_version = '1.0.0' AND team = 'shop-core'"),
+      one("SELECT count(*) FROM got WHERE service_version IN ('1.0.0', '1.1.0') AND team = 'shop-core'"),
       one("SELECT count(*) FROM slo_got"),
       one(f"SELECT count(*) FROM (SELECT {{slo_keys}} FROM slo_expected EXCEPT ALL SELECT {{slo_keys}} FROM slo_got)"),
       one(f"SELECT count(*) FROM (SELECT {{slo_keys}} FROM slo_got EXCEPT ALL SELECT {{slo_keys}} FROM slo_expected)"),
@@ -210,6 +224,44 @@ print(one("SELECT count(*) FROM got"),
         off, 0,
         "quantiles within the sketch's 1 % of the exact ones"
     );
+    check_regressions(&spans, &location("otel_deploy_regressions").await);
     catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `otel_deploy_regressions` against DuckDB over the landed spans: the one deploy, flagged by
+/// both metrics at the end of its tenth minute, with the requests, error rates and p-value of
+/// the compared minutes (the old version's 30 before the deploy and its own, the new one's 10).
+fn check_regressions(spans: &str, regressions: &str) {
+    let out = python(&format!(
+        r#"import duckdb_offline, math
+con = duckdb_offline.connect()
+con.sql("""CREATE TABLE requests AS SELECT (epoch_us(ts) // 60000000) * 60000000 AS start_us,
+    service_name, service_version,
+    CASE WHEN status_code = 'ERROR' OR (span_kind = 'SERVER' AND coalesce(
+      TRY_CAST(span_attributes['http.response.status_code'] AS INT),
+      TRY_CAST(span_attributes['http.status_code'] AS INT), 0) >= 500) THEN 1 ELSE 0 END AS error
+  FROM iceberg_scan('{spans}') WHERE (span_kind IN ('SERVER', 'CONSUMER') OR is_root) AND service_name = 'payments'""")
+con.sql("CREATE TABLE got AS SELECT * FROM iceberg_scan('{regressions}')")
+one = lambda q: con.sql(q).fetchone()
+d = one("SELECT min(start_us) FROM requests WHERE service_version = '1.1.0'")[0]
+last = d + 9 * 60000000
+n_old, e_old = one(f"SELECT count(*), sum(error) FROM requests WHERE service_version = '1.0.0' AND start_us BETWEEN {{d}} - 30 * 60000000 AND {{last}}")
+n_new, e_new = one(f"SELECT count(*), sum(error) FROM requests WHERE service_version = '1.1.0' AND start_us BETWEEN {{d}} AND {{last}}")
+p_old, p_new = e_old / n_old, e_new / n_new
+pooled = (e_old + e_new) / (n_old + n_new)
+z = (p_new - p_old) / math.sqrt(pooled * (1 - pooled) * (1 / n_old + 1 / n_new))
+p = 0.5 * math.erfc(z / math.sqrt(2))
+rows = con.sql("SELECT metric, verdict, epoch_us(deployed_at), epoch_us(decided_at), old_version, new_version, old_requests, new_requests, old_value, new_value, p_value FROM got ORDER BY metric").fetchall()
+assert [r[:2] for r in rows] == [('error_rate', 'regression'), ('latency_p99', 'regression')], rows
+for r in rows:
+    assert r[2:8] == (d, d + 10 * 60000000, '1.0.0', '1.1.0', n_old, n_new), (r, d, n_old, n_new)
+err = rows[0]
+assert abs(err[8] - p_old) < 1e-12 and abs(err[9] - p_new) < 1e-12, (err, p_old, p_new)
+assert abs(err[10] - p) <= 1e-9 * max(p, 1e-300) + 1e-15, (err[10], p)
+assert rows[1][9] / rows[1][8] >= 1.2, rows[1]
+print(len(rows), n_old, n_new, e_old, e_new, p)
+"#
+    ));
+    eprintln!("otel_deploy_regressions: (rows, old n, new n, old errors, new errors, p) = {out}");
 }

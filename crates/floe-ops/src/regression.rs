@@ -1,0 +1,1375 @@
+//! Deploy regressions: when a service starts reporting a new version, is the new version
+//! worse than the one it replaces?
+//!
+//! **Input.** One row per request (the RED recipe's `by_service` stream) read back from an
+//! exchange keyed by the service, so all of a service's requests meet in one partition, with
+//! the service, its version (`service.version`), an error flag and the duration in ns.
+//!
+//! **Minutes.** Requests are counted per (service, version) and minute of event time, each
+//! minute evaluated once, when final ([`crate::minutes`]): requests, errors and a latency
+//! sketch (DDSketch, 1 % relative error).
+//!
+//! **Deploys.** A service's first version is its *current* one. A version it has never
+//! reported before, seen in a closed minute `d`, is a deploy of it replacing the current
+//! one. The deploy is decided at the end of minute `d + after − 1` (and then every minute,
+//! until `max_wait` after `d`, while either side has fewer than `min_requests`):
+//!
+//! * *new*: the new version's requests in the minutes `[d, decision]`;
+//! * *old*: the replaced version's requests in the matched minutes `[d − baseline, decision]`
+//!   — the minutes before the deploy and, during a rolling deploy, the minutes both ran.
+//!
+//! Two metrics, each one row of the output with its verdict:
+//!
+//! | metric | value | effect | regression when |
+//! |---|---|---|---|
+//! | `error_rate` | errors / requests | new − old | one-sided two-proportion z-test p-value < `alpha` and effect ≥ `min_error_increase` |
+//! | `latency_p99` (the configured `quantile`) | the quantile, ns, from the merged sketches | new / old | effect ≥ `latency_effect` |
+//!
+//! Verdicts: `regression`, `ok`, or `insufficient_traffic` when `max_wait` passed with a side
+//! under `min_requests`. Then the new version is current; the old one, still running during
+//! a rollout or back after a rollback, starts no deploy of its own. One test per metric and
+//! deploy at a fixed horizon: the false-positive rate of the error test is `alpha`.
+//!
+//! **State** (per partition, beside the minutes' window): `0x30 service` → its current
+//! version, the versions seen and the pending deploy; `0x31 service 0x00 minute version` →
+//! that minute's (requests, errors, sketch), kept `baseline + max_wait` minutes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    Float64Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+};
+use arrow_array::{Array, ArrayRef, ListArray, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use floe_core::{StreamBatch, StreamSpec};
+use floe_sketch::QuantileSketch;
+
+use crate::aggregate::{AggKind, Aggregate};
+use crate::codec::{Reader, Writer, integer_at, sortable};
+use crate::minutes::{Closed, MINUTE, Minutes, ROW_COLUMN, inner_rows, require_exchange_by};
+use crate::window::{event_times, iceberg_schema, late_rows, late_stream, timestamp};
+use crate::{Context, OpError, OpResult, Operator, OperatorStats};
+
+/// A `regression` operator as configured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegressionSpec {
+    /// The operator's id.
+    pub id: String,
+    /// The input's event-time column.
+    pub time_column: String,
+    /// How far behind the largest event time rows may arrive (µs).
+    pub out_of_orderness: i64,
+    /// How long after its end a minute still takes requests (µs).
+    pub allowed_lateness: i64,
+    /// The column naming the service.
+    pub service_column: String,
+    /// The column naming its version.
+    pub version_column: String,
+    /// The column that is non-zero (or true) for a failed request.
+    pub error_column: String,
+    /// The column of the request's duration (ns).
+    pub duration_column: String,
+    /// Minutes of the old version before the deploy compared.
+    pub baseline_minutes: i64,
+    /// Minutes of the new version before the decision.
+    pub after_minutes: i64,
+    /// Minutes after the deploy a decision waits for traffic at most.
+    pub max_wait_minutes: i64,
+    /// Requests each side needs for a verdict.
+    pub min_requests: u64,
+    /// Significance of the error-rate test.
+    pub alpha: f64,
+    /// The smallest error-rate increase (a fraction) that is a regression.
+    pub min_error_increase: f64,
+    /// The latency quantile compared.
+    pub quantile: f64,
+    /// The smallest ratio of the new to the old quantile that is a regression.
+    pub latency_effect: f64,
+    /// The verdicts stream.
+    pub output: String,
+    /// The late-rows stream.
+    pub late_output: String,
+}
+
+/// Defaults of the settings a job file may leave out.
+pub const DEFAULTS: RegressionDefaults = RegressionDefaults {
+    baseline_minutes: 30,
+    after_minutes: 10,
+    max_wait_minutes: 60,
+    min_requests: 200,
+    alpha: 0.001,
+    min_error_increase: 0.005,
+    quantile: 0.99,
+    latency_effect: 1.2,
+};
+
+/// See [`DEFAULTS`].
+#[derive(Debug, Clone, Copy)]
+#[allow(missing_docs)]
+pub struct RegressionDefaults {
+    pub baseline_minutes: i64,
+    pub after_minutes: i64,
+    pub max_wait_minutes: i64,
+    pub min_requests: u64,
+    pub alpha: f64,
+    pub min_error_increase: f64,
+    pub quantile: f64,
+    pub latency_effect: f64,
+}
+
+impl RegressionSpec {
+    /// A digest of what the stored state depends on: what is counted, and how long minutes
+    /// are kept. Thresholds may change: they apply from the next decision on.
+    pub fn fingerprint(&self) -> String {
+        format!(
+            "regression v1 time={} ooo={} lateness={} columns={}|{}|{}|{} q={} keep={}",
+            self.time_column,
+            self.out_of_orderness,
+            self.allowed_lateness,
+            self.service_column,
+            self.version_column,
+            self.error_column,
+            self.duration_column,
+            self.quantile,
+            self.keep_minutes()
+        )
+    }
+
+    fn keep_minutes(&self) -> i64 {
+        self.baseline_minutes + self.max_wait_minutes
+    }
+
+    /// The latency metric's name, e.g. `latency_p99`.
+    pub fn latency_metric(&self) -> String {
+        let percent = format!("{}", self.quantile * 100.0).replace('.', "_");
+        format!("latency_p{percent}")
+    }
+}
+
+/// The columns counted per minute beside the time and the input row.
+const INNER_COLUMNS: [&str; 4] = ["service", "version", "error", "duration"];
+
+/// One side's counts.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Counts {
+    requests: u64,
+    errors: u64,
+    sketch: QuantileSketch,
+}
+
+impl Counts {
+    fn add(&mut self, other: &Counts) {
+        self.requests += other.requests;
+        self.errors += other.errors;
+        self.sketch.merge(&other.sketch);
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        w.u64(self.requests);
+        w.u64(self.errors);
+        let buckets: Vec<(i32, u64)> = self.sketch.buckets().collect();
+        w.u64(buckets.len() as u64);
+        for (k, n) in buckets {
+            w.i64(i64::from(k));
+            w.u64(n);
+        }
+        w.0
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let mut r = Reader(bytes);
+        let requests = r.u64()?;
+        let errors = r.u64()?;
+        let n = r.u64()? as usize;
+        let mut buckets = Vec::with_capacity(n);
+        for _ in 0..n {
+            buckets.push((r.i64()? as i32, r.u64()? as i64));
+        }
+        let sketch = QuantileSketch::from_buckets(buckets).map_err(|e| format!("{e:?}"))?;
+        Ok(Self {
+            requests,
+            errors,
+            sketch,
+        })
+    }
+}
+
+/// A service's versions in one partition.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Track {
+    /// The version deploys are compared with.
+    current: String,
+    /// Every version it reported (a version seen before starts no deploy).
+    seen: Vec<String>,
+    /// A deploy being decided: (new version, its first minute).
+    pending: Option<(String, i64)>,
+}
+
+impl Track {
+    fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        w.bytes(self.current.as_bytes());
+        w.u64(self.seen.len() as u64);
+        for v in &self.seen {
+            w.bytes(v.as_bytes());
+        }
+        match &self.pending {
+            None => w.u64(0),
+            Some((v, minute)) => {
+                w.u64(1);
+                w.bytes(v.as_bytes());
+                w.i64(*minute);
+            }
+        }
+        w.0
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let mut r = Reader(bytes);
+        let current = text(&mut r)?;
+        let n = r.u64()? as usize;
+        let mut seen = Vec::with_capacity(n);
+        for _ in 0..n {
+            seen.push(text(&mut r)?);
+        }
+        let pending = match r.u64()? {
+            0 => None,
+            _ => Some((text(&mut r)?, r.i64()?)),
+        };
+        Ok(Self {
+            current,
+            seen,
+            pending,
+        })
+    }
+}
+
+fn text(r: &mut Reader<'_>) -> Result<String, String> {
+    String::from_utf8(r.bytes()?.to_vec()).map_err(|e| e.to_string())
+}
+
+/// The most versions a service's state remembers (oldest forgotten first).
+const SEEN_VERSIONS: usize = 64;
+
+/// The `regression` operator.
+pub struct Regression {
+    spec: RegressionSpec,
+    outputs: Vec<StreamSpec>,
+    verdicts: SchemaRef,
+    /// The input's own columns (an exchange adds the source clock after them).
+    input: SchemaRef,
+    /// Counts per (minute, service, version).
+    minutes: Minutes,
+    late_rows: u64,
+}
+
+impl std::fmt::Debug for Regression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Regression")
+            .field("id", &self.spec.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The verdicts stream's columns.
+fn verdict_fields() -> Vec<Field> {
+    vec![
+        Field::new("decided_at", timestamp(), false),
+        Field::new("service_name", DataType::Utf8, false),
+        Field::new("old_version", DataType::Utf8, false),
+        Field::new("new_version", DataType::Utf8, false),
+        Field::new("deployed_at", timestamp(), false),
+        Field::new("metric", DataType::Utf8, false),
+        Field::new("old_requests", DataType::Int64, false),
+        Field::new("new_requests", DataType::Int64, false),
+        Field::new("old_value", DataType::Float64, true),
+        Field::new("new_value", DataType::Float64, true),
+        Field::new("effect", DataType::Float64, true),
+        Field::new("p_value", DataType::Float64, true),
+        Field::new("verdict", DataType::Utf8, false),
+    ]
+}
+
+/// The one-sided p-value of "the new error rate is higher" by the two-proportion z-test
+/// (pooled variance); 1 when either side has no requests or no variance.
+pub fn error_rate_p_value(old: (u64, u64), new: (u64, u64)) -> f64 {
+    let ((n_old, e_old), (n_new, e_new)) = (old, new);
+    if n_old == 0 || n_new == 0 {
+        return 1.0;
+    }
+    let (n_old, n_new) = (n_old as f64, n_new as f64);
+    let pooled = (e_old + e_new) as f64 / (n_old + n_new);
+    let se = (pooled * (1.0 - pooled) * (1.0 / n_old + 1.0 / n_new)).sqrt();
+    if se == 0.0 {
+        return 1.0;
+    }
+    let z = (e_new as f64 / n_new - e_old as f64 / n_old) / se;
+    0.5 * libm::erfc(z / std::f64::consts::SQRT_2)
+}
+
+impl Regression {
+    /// A `regression` operator over `input`; `Err` says what is wrong with the configuration.
+    pub fn new(spec: RegressionSpec, input: &StreamSpec) -> Result<Self, String> {
+        if input.changelog {
+            return Err(format!(
+                "stream {} is a changelog; deploy regressions count requests of an append stream",
+                input.name
+            ));
+        }
+        require_exchange_by(
+            input,
+            std::slice::from_ref(&spec.service_column),
+            "a deploy's comparison",
+        )?;
+        if input.time_column.as_deref() != Some(spec.time_column.as_str()) {
+            return Err(format!(
+                "stream {} is read back from an exchange, whose rows carry the clock of its \
+                 time column {:?}: regressions use that column, not {}",
+                input.name, input.time_column, spec.time_column
+            ));
+        }
+        let iceberg = input
+            .schema
+            .as_ref()
+            .ok_or_else(|| format!("the columns of stream {} are not known yet", input.name))?;
+        let arrow: SchemaRef =
+            Arc::new(iceberg::arrow::schema_to_arrow_schema(iceberg).map_err(|e| e.to_string())?);
+        let field = |name: &str| {
+            arrow
+                .field_with_name(name)
+                .map_err(|_| format!("stream {} has no column {name}", input.name))
+        };
+        let time_type = field(&spec.time_column)?.data_type().clone();
+        for column in [&spec.service_column, &spec.version_column] {
+            if !matches!(
+                field(column)?.data_type(),
+                DataType::Utf8 | DataType::LargeUtf8
+            ) {
+                return Err(format!("column {column} is not a string"));
+            }
+        }
+        let ty = field(&spec.error_column)?.data_type();
+        if !(ty.is_integer() || *ty == DataType::Boolean) {
+            return Err(format!(
+                "the error column {} is {ty}, not an integer or a boolean",
+                spec.error_column
+            ));
+        }
+        if !field(&spec.duration_column)?.data_type().is_integer() {
+            return Err(format!(
+                "the duration column {} is not an integer of nanoseconds",
+                spec.duration_column
+            ));
+        }
+        let inner = Schema::new(vec![
+            Field::new(&spec.time_column, time_type, false),
+            Field::new(INNER_COLUMNS[0], DataType::Utf8, false),
+            Field::new(INNER_COLUMNS[1], DataType::Utf8, false),
+            Field::new(INNER_COLUMNS[2], DataType::Int64, false),
+            Field::new(INNER_COLUMNS[3], DataType::Int64, false),
+            Field::new(ROW_COLUMN, DataType::Int64, false),
+        ]);
+        let aggregate = |name: &str, kind| Aggregate {
+            name: name.into(),
+            kind,
+        };
+        let minutes = Minutes::new(
+            &spec.id,
+            &inner,
+            input,
+            (spec.out_of_orderness, spec.allowed_lateness),
+            vec![INNER_COLUMNS[0].into(), INNER_COLUMNS[1].into()],
+            vec![
+                aggregate("requests", AggKind::Count),
+                aggregate("errors", AggKind::Sum(INNER_COLUMNS[2].into())),
+                aggregate(
+                    "latency",
+                    AggKind::Quantile(INNER_COLUMNS[3].into(), spec.quantile),
+                ),
+            ],
+        )?;
+        let verdicts = Schema::new(verdict_fields());
+        let outputs = vec![
+            StreamSpec {
+                name: spec.output.clone(),
+                table: spec.output.clone(),
+                schema: Some(iceberg_schema(&verdicts, &[])?),
+                changelog: false,
+                key: Vec::new(),
+                time_column: Some("decided_at".into()),
+                partition: vec![("decided_at".into(), iceberg::spec::Transform::Day)],
+                bloom_filter_columns: Vec::new(),
+                plain_columns: Vec::new(),
+                properties: Vec::new(),
+            },
+            late_stream(input, &arrow, &spec.late_output)?,
+        ];
+        Ok(Self {
+            outputs,
+            verdicts: Arc::new(verdicts),
+            input: arrow,
+            minutes,
+            late_rows: 0,
+            spec,
+        })
+    }
+
+    fn invalid(&self, message: impl Into<String>) -> OpError {
+        OpError::Invalid {
+            operator: self.spec.id.clone(),
+            message: message.into(),
+        }
+    }
+
+    fn track_key(service: &str) -> Vec<u8> {
+        let mut k = vec![0x30];
+        k.extend_from_slice(service.as_bytes());
+        k
+    }
+
+    fn minute_prefix(service: &str) -> Vec<u8> {
+        let mut k = vec![0x31];
+        k.extend_from_slice(service.as_bytes());
+        k.push(0);
+        k
+    }
+
+    fn minute_key(service: &str, minute: i64, version: &str) -> Vec<u8> {
+        let mut k = Self::minute_prefix(service);
+        k.extend_from_slice(&sortable(minute));
+        k.extend_from_slice(version.as_bytes());
+        k
+    }
+
+    /// The rows of `rows` for the minutes: (time, service, version, error, duration, row).
+    /// Rows without a service are not requests of anyone; rows without an error flag or a
+    /// duration are dead-lettered.
+    fn inner(
+        &self,
+        ctx: &mut Context<'_>,
+        p: u32,
+        rows: &RecordBatch,
+    ) -> OpResult<Option<RecordBatch>> {
+        let times = event_times(rows, &self.spec.time_column).map_err(|e| self.invalid(e))?;
+        let strings = |name: &str| -> OpResult<StringArray> {
+            let c = rows
+                .column_by_name(name)
+                .ok_or_else(|| self.invalid(format!("no column {name}")))?;
+            let c =
+                arrow_cast::cast(c, &DataType::Utf8).map_err(|e| self.invalid(e.to_string()))?;
+            Ok(c.as_any()
+                .downcast_ref::<StringArray>()
+                .cloned()
+                .expect("cast to Utf8"))
+        };
+        let services = strings(&self.spec.service_column)?;
+        let versions = strings(&self.spec.version_column)?;
+        let column = |name: &str| {
+            rows.column_by_name(name)
+                .map(|c| arrow_cast::cast(c, &DataType::Int64).unwrap_or_else(|_| c.clone()))
+                .ok_or_else(|| self.invalid(format!("no column {name}")))
+        };
+        let errors = column(&self.spec.error_column)?;
+        let durations = column(&self.spec.duration_column)?;
+        let mut take = Vec::new();
+        let (mut service, mut version) = (StringBuilder::new(), StringBuilder::new());
+        let (mut error, mut duration) = (Int64Builder::new(), Int64Builder::new());
+        for (row, time) in times.iter().enumerate() {
+            if services.is_null(row) {
+                continue;
+            }
+            let values = (
+                time,
+                integer_at(errors.as_ref(), row),
+                integer_at(durations.as_ref(), row),
+            );
+            let (Some(_), Some(e), Some(d)) = values else {
+                let missing = match values {
+                    (None, ..) => &self.spec.time_column,
+                    (_, None, _) => &self.spec.error_column,
+                    _ => &self.spec.duration_column,
+                };
+                ctx.dead_letter(
+                    p,
+                    format!("operator {}: no {missing} value", self.spec.id),
+                    rows,
+                    row,
+                );
+                continue;
+            };
+            take.push(row as u32);
+            service.append_value(services.value(row));
+            version.append_value(if versions.is_null(row) {
+                ""
+            } else {
+                versions.value(row)
+            });
+            error.append_value(i64::from(e != 0));
+            duration.append_value(d);
+        }
+        if take.is_empty() {
+            return Ok(None);
+        }
+        let field = |i: usize, ty: DataType| Field::new(INNER_COLUMNS[i], ty, false);
+        let columns: Vec<(Field, ArrayRef)> = vec![
+            (field(0, DataType::Utf8), Arc::new(service.finish())),
+            (field(1, DataType::Utf8), Arc::new(version.finish())),
+            (field(2, DataType::Int64), Arc::new(error.finish())),
+            (field(3, DataType::Int64), Arc::new(duration.finish())),
+        ];
+        inner_rows(rows, &self.spec.time_column, take, columns)
+            .map(Some)
+            .map_err(|e| self.invalid(format!("minute rows: {e}")))
+    }
+
+    /// Evaluates the minutes closed, per service in minute order, then sends late rows aside.
+    fn evaluate_closed(
+        &mut self,
+        ctx: &mut Context<'_>,
+        p: u32,
+        input: Option<&RecordBatch>,
+        closed: Closed,
+    ) -> OpResult<()> {
+        // service → minute → version → counts
+        type Closing = BTreeMap<String, BTreeMap<i64, BTreeMap<String, Counts>>>;
+        let mut closing: Closing = BTreeMap::new();
+        for b in &closed.rows {
+            let strings = |name: &str| {
+                b.column_by_name(name)
+                    .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+                    .expect("window rows")
+            };
+            let (services, versions) = (strings(INNER_COLUMNS[0]), strings(INNER_COLUMNS[1]));
+            let starts = b.column_by_name("window_start").expect("window rows");
+            let requests = b.column_by_name("requests").expect("window rows");
+            let errors = b.column_by_name("errors").expect("window rows");
+            let sketches = b
+                .column_by_name("latency_sketch")
+                .and_then(|c| c.as_any().downcast_ref::<ListArray>())
+                .expect("window rows");
+            for r in 0..b.num_rows() {
+                let sketch = floe_sketch::quantile::from_list_array(sketches, r)
+                    .map_err(|e| self.invalid(format!("a minute's sketch: {e:?}")))?
+                    .unwrap_or_default();
+                let counts = Counts {
+                    requests: integer_at(requests.as_ref(), r).unwrap_or_default() as u64,
+                    errors: integer_at(errors.as_ref(), r).unwrap_or_default() as u64,
+                    sketch,
+                };
+                let minute = integer_at(starts.as_ref(), r)
+                    .unwrap_or_default()
+                    .div_euclid(MINUTE);
+                closing
+                    .entry(services.value(r).to_string())
+                    .or_default()
+                    .entry(minute)
+                    .or_default()
+                    .insert(versions.value(r).to_string(), counts);
+            }
+        }
+        let mut out = VerdictRows::default();
+        for (service, minutes) in closing {
+            for (minute, versions) in minutes {
+                self.evaluate(ctx, p, &service, minute, versions, &mut out)?;
+            }
+        }
+        if out.rows > 0 {
+            let batch = RecordBatch::try_new(self.verdicts.clone(), out.finish())
+                .map_err(|e| self.invalid(format!("verdict rows: {e}")))?;
+            ctx.emit(0, StreamBatch::single(0, batch, p));
+        }
+        if let Some(rows) = input {
+            self.emit_late(ctx, p, rows, closed.late)?;
+        }
+        Ok(())
+    }
+
+    /// Minute `minute` of `service` closed with `versions`' counts.
+    fn evaluate(
+        &mut self,
+        ctx: &mut Context<'_>,
+        p: u32,
+        service: &str,
+        minute: i64,
+        versions: BTreeMap<String, Counts>,
+        out: &mut VerdictRows,
+    ) -> OpResult<()> {
+        for (version, counts) in &versions {
+            ctx.put(
+                p,
+                &Self::minute_key(service, minute, version),
+                &counts.encode(),
+            )?;
+        }
+        let mut track = match ctx.get(p, &Self::track_key(service))? {
+            Some(bytes) => Track::decode(&bytes).map_err(|e| self.invalid(e))?,
+            None => {
+                // The first version is the busiest one of the service's first minute.
+                let (first, _) = versions
+                    .iter()
+                    .max_by(|a, b| a.1.requests.cmp(&b.1.requests).then(b.0.cmp(a.0)))
+                    .expect("a closed minute has a version");
+                Track {
+                    current: first.clone(),
+                    seen: vec![first.clone()],
+                    pending: None,
+                }
+            }
+        };
+        // New versions, busiest first: the first starts a deploy, unless one is pending.
+        let mut new: Vec<(&String, u64)> = versions
+            .iter()
+            .filter(|(v, _)| !track.seen.contains(v))
+            .map(|(v, c)| (v, c.requests))
+            .collect();
+        new.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        for (v, _) in &new {
+            if track.pending.is_none() {
+                track.pending = Some(((*v).clone(), minute));
+            }
+            track.seen.push((*v).clone());
+        }
+        if track.seen.len() > SEEN_VERSIONS {
+            let excess = track.seen.len() - SEEN_VERSIONS;
+            track.seen.drain(..excess);
+        }
+        if let Some((version, deployed)) = track.pending.clone()
+            && minute >= deployed + self.spec.after_minutes - 1
+        {
+            let (old, new) =
+                self.sides(ctx, p, service, &track.current, &version, deployed, minute)?;
+            let enough =
+                old.requests >= self.spec.min_requests && new.requests >= self.spec.min_requests;
+            if enough || minute >= deployed + self.spec.max_wait_minutes - 1 {
+                let deploy = Deploy {
+                    service,
+                    old_version: &track.current,
+                    new_version: &version,
+                    deployed,
+                    decided: minute,
+                };
+                self.decide(&deploy, &old, &new, enough, out);
+                track.current = version;
+                track.pending = None;
+            }
+        }
+        ctx.put(p, &Self::track_key(service), &track.encode())?;
+        // Minutes no decision can reach any more.
+        let mut stale = Vec::new();
+        let from = Self::minute_prefix(service);
+        let to = Self::minute_key(service, minute - self.spec.keep_minutes(), "");
+        ctx.scan(p, &from, Some(&to), |k, _| {
+            stale.push(k.to_vec());
+            std::ops::ControlFlow::Continue(())
+        })?;
+        for k in stale {
+            ctx.delete(p, &k)?;
+        }
+        Ok(())
+    }
+
+    /// (old, new) counts of a deploy decided at `decided`: the old version's in the matched
+    /// minutes `[deployed − baseline, decided]`, the new version's in `[deployed, decided]`.
+    #[allow(clippy::too_many_arguments)]
+    fn sides(
+        &self,
+        ctx: &Context<'_>,
+        p: u32,
+        service: &str,
+        old_version: &str,
+        new_version: &str,
+        deployed: i64,
+        decided: i64,
+    ) -> OpResult<(Counts, Counts)> {
+        let (mut old, mut new) = (Counts::default(), Counts::default());
+        let from = Self::minute_key(service, deployed - self.spec.baseline_minutes, "");
+        let to = Self::minute_key(service, decided + 1, "");
+        let prefix = Self::minute_prefix(service).len();
+        let mut failed = None;
+        ctx.scan(p, &from, Some(&to), |k, v| {
+            let version = &k[prefix + 8..];
+            let minute_of = |k: &[u8]| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&k[prefix..prefix + 8]);
+                b
+            };
+            let side = if version == old_version.as_bytes() {
+                Some(&mut old)
+            } else if version == new_version.as_bytes() && minute_of(k) >= sortable(deployed) {
+                Some(&mut new)
+            } else {
+                None
+            };
+            if let Some(side) = side {
+                match Counts::decode(v) {
+                    Ok(c) => side.add(&c),
+                    Err(e) => {
+                        failed = Some(e);
+                        return std::ops::ControlFlow::Break(());
+                    }
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        })?;
+        if let Some(e) = failed {
+            return Err(self.invalid(format!("a stored minute: {e}")));
+        }
+        Ok((old, new))
+    }
+
+    /// The verdict rows of a deploy.
+    fn decide(
+        &self,
+        d: &Deploy<'_>,
+        old: &Counts,
+        new: &Counts,
+        enough: bool,
+        out: &mut VerdictRows,
+    ) {
+        let s = &self.spec;
+        let verdict = |regressed: bool| {
+            if !enough {
+                "insufficient_traffic"
+            } else if regressed {
+                "regression"
+            } else {
+                "ok"
+            }
+        };
+        let rate = |c: &Counts| (c.requests > 0).then(|| c.errors as f64 / c.requests as f64);
+        let (old_rate, new_rate) = (rate(old), rate(new));
+        let increase = old_rate.zip(new_rate).map(|(o, n)| n - o);
+        let p_value = error_rate_p_value((old.requests, old.errors), (new.requests, new.errors));
+        let regressed = increase.is_some_and(|e| e >= s.min_error_increase) && p_value < s.alpha;
+        out.push(
+            d,
+            "error_rate",
+            old,
+            new,
+            (old_rate, new_rate, increase, Some(p_value)),
+            verdict(regressed),
+        );
+        let (old_q, new_q) = (
+            old.sketch.quantile(s.quantile),
+            new.sketch.quantile(s.quantile),
+        );
+        let ratio = old_q.zip(new_q).and_then(|(o, n)| (o > 0.0).then(|| n / o));
+        let regressed = ratio.is_some_and(|r| r >= s.latency_effect);
+        out.push(
+            d,
+            &s.latency_metric(),
+            old,
+            new,
+            (old_q, new_q, ratio, None),
+            verdict(regressed),
+        );
+    }
+
+    fn emit_late(
+        &mut self,
+        ctx: &mut Context<'_>,
+        p: u32,
+        rows: &RecordBatch,
+        mut late: Vec<(usize, i64)>,
+    ) -> OpResult<()> {
+        late.sort();
+        late.dedup_by_key(|(r, _)| *r);
+        if late.is_empty() {
+            return Ok(());
+        }
+        self.late_rows += late.len() as u64;
+        let (id, lateness) = (&self.spec.id, self.spec.allowed_lateness);
+        let batch = late_rows(rows, self.input.fields().len(), &late, |w| {
+            format!(
+                "operator {id}: its minute was evaluated already (watermark {w} µs, allowed \
+                 lateness {lateness} µs)"
+            )
+        })
+        .map_err(|e| self.invalid(format!("late rows: {e}")))?;
+        ctx.emit(1, StreamBatch::single(1, batch, p));
+        Ok(())
+    }
+}
+
+/// A deploy being decided.
+struct Deploy<'a> {
+    service: &'a str,
+    old_version: &'a str,
+    new_version: &'a str,
+    deployed: i64,
+    decided: i64,
+}
+
+/// Verdict rows being built.
+#[derive(Default)]
+struct VerdictRows {
+    rows: usize,
+    decided: TimestampMicrosecondBuilder,
+    services: StringBuilder,
+    old_versions: StringBuilder,
+    new_versions: StringBuilder,
+    deployed: TimestampMicrosecondBuilder,
+    metrics: StringBuilder,
+    old_requests: Int64Builder,
+    new_requests: Int64Builder,
+    old_values: Float64Builder,
+    new_values: Float64Builder,
+    effects: Float64Builder,
+    p_values: Float64Builder,
+    verdicts: StringBuilder,
+}
+
+/// (old value, new value, effect, p-value) of one metric.
+type Measured = (Option<f64>, Option<f64>, Option<f64>, Option<f64>);
+
+impl VerdictRows {
+    fn push(
+        &mut self,
+        d: &Deploy<'_>,
+        metric: &str,
+        old: &Counts,
+        new: &Counts,
+        m: Measured,
+        verdict: &str,
+    ) {
+        self.rows += 1;
+        self.decided.append_value((d.decided + 1) * MINUTE);
+        self.services.append_value(d.service);
+        self.old_versions.append_value(d.old_version);
+        self.new_versions.append_value(d.new_version);
+        self.deployed.append_value(d.deployed * MINUTE);
+        self.metrics.append_value(metric);
+        self.old_requests.append_value(old.requests as i64);
+        self.new_requests.append_value(new.requests as i64);
+        self.old_values.append_option(m.0);
+        self.new_values.append_option(m.1);
+        self.effects.append_option(m.2);
+        self.p_values.append_option(m.3);
+        self.verdicts.append_value(verdict);
+    }
+
+    fn finish(mut self) -> Vec<ArrayRef> {
+        vec![
+            Arc::new(self.decided.finish().with_timezone("+00:00")),
+            Arc::new(self.services.finish()),
+            Arc::new(self.old_versions.finish()),
+            Arc::new(self.new_versions.finish()),
+            Arc::new(self.deployed.finish().with_timezone("+00:00")),
+            Arc::new(self.metrics.finish()),
+            Arc::new(self.old_requests.finish()),
+            Arc::new(self.new_requests.finish()),
+            Arc::new(self.old_values.finish()),
+            Arc::new(self.new_values.finish()),
+            Arc::new(self.effects.finish()),
+            Arc::new(self.p_values.finish()),
+            Arc::new(self.verdicts.finish()),
+        ]
+    }
+}
+
+impl Operator for Regression {
+    fn id(&self) -> &str {
+        &self.spec.id
+    }
+
+    fn outputs(&self) -> &[StreamSpec] {
+        &self.outputs
+    }
+
+    fn on_batch(&mut self, input: &StreamBatch, ctx: &mut Context<'_>) -> OpResult<()> {
+        if input.batch.schema().fields().len() < self.input.fields().len() {
+            return Err(self.invalid("rows without the input's columns"));
+        }
+        for (p, rows) in input.slices() {
+            let inner = self.inner(ctx, p, &rows)?;
+            let closed = self.minutes.on_rows(ctx, p, inner)?;
+            self.evaluate_closed(ctx, p, Some(&rows), closed)?;
+        }
+        Ok(())
+    }
+
+    fn on_watermark(
+        &mut self,
+        partition: u32,
+        watermark: i64,
+        ctx: &mut Context<'_>,
+    ) -> OpResult<()> {
+        let closed = self.minutes.on_watermark(ctx, partition, watermark)?;
+        self.evaluate_closed(ctx, partition, None, closed)
+    }
+
+    fn on_event_clock(
+        &mut self,
+        partition: u32,
+        max_time: i64,
+        ctx: &mut Context<'_>,
+    ) -> OpResult<()> {
+        let closed = self.minutes.on_event_clock(ctx, partition, max_time)?;
+        self.evaluate_closed(ctx, partition, None, closed)
+    }
+
+    fn on_restore(&mut self, partition: u32, ctx: &mut Context<'_>) -> OpResult<()> {
+        self.minutes.on_restore(ctx, partition)
+    }
+
+    fn forget(&mut self) {
+        self.minutes.forget();
+    }
+
+    fn watermarks(&self) -> Vec<(u32, i64)> {
+        self.minutes.watermarks()
+    }
+
+    fn fingerprint(&self) -> Option<String> {
+        Some(self.spec.fingerprint())
+    }
+
+    fn stats(&self) -> OperatorStats {
+        let inner = self.minutes.stats();
+        OperatorStats {
+            open_windows: inner.open_windows,
+            late_rows: self.late_rows,
+            timers: inner.timers,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
+    use arrow_array::{Int64Array, TimestampMicrosecondArray};
+    use floe_core::exchange::SOURCE_CLOCK_COLUMN;
+    use floe_state::StateStore;
+    use iceberg::spec::{NestedField, PrimitiveType, Type};
+
+    use super::*;
+
+    const S: i64 = 1_000_000;
+    const OOO: i64 = 5 * S;
+    const LATENESS: i64 = 30 * S;
+    /// 2025-10-09T08:53:20Z.
+    const T0: i64 = 1_760_000_000 * S;
+
+    fn input() -> StreamSpec {
+        let p = |t| Type::Primitive(t);
+        let field = |id, name, t| Arc::new(NestedField::optional(id, name, p(t)));
+        let schema = iceberg::spec::Schema::builder()
+            .with_fields(vec![
+                field(1, "ts", PrimitiveType::Timestamptz),
+                field(2, "service_name", PrimitiveType::String),
+                field(3, "service_version", PrimitiveType::String),
+                field(4, "error", PrimitiveType::Int),
+                field(5, "duration_ns", PrimitiveType::Long),
+            ])
+            .build()
+            .unwrap();
+        StreamSpec {
+            time_column: Some("ts".into()),
+            properties: vec![
+                (floe_core::exchange::EXCHANGED_FROM.into(), "x".into()),
+                (
+                    floe_core::exchange::EXCHANGED_BY.into(),
+                    "service_name".into(),
+                ),
+            ],
+            ..StreamSpec::append("requests", "requests", schema)
+        }
+    }
+
+    fn spec() -> RegressionSpec {
+        let d = DEFAULTS;
+        RegressionSpec {
+            id: "deploys".into(),
+            time_column: "ts".into(),
+            out_of_orderness: OOO,
+            allowed_lateness: LATENESS,
+            service_column: "service_name".into(),
+            version_column: "service_version".into(),
+            error_column: "error".into(),
+            duration_column: "duration_ns".into(),
+            baseline_minutes: d.baseline_minutes,
+            after_minutes: d.after_minutes,
+            max_wait_minutes: d.max_wait_minutes,
+            min_requests: d.min_requests,
+            alpha: d.alpha,
+            min_error_increase: d.min_error_increase,
+            quantile: d.quantile,
+            latency_effect: d.latency_effect,
+            output: "regressions".into(),
+            late_output: "regressions_late".into(),
+        }
+    }
+
+    /// A request: (time µs, service, version, error, duration ns), and its source's clock.
+    type Request = (i64, String, String, i32, i64, Option<i64>);
+
+    fn batch(rows: &[Request]) -> StreamBatch {
+        let schema = Schema::new(vec![
+            Field::new("ts", timestamp(), true),
+            Field::new("service_name", DataType::Utf8, true),
+            Field::new("service_version", DataType::Utf8, true),
+            Field::new("error", DataType::Int32, true),
+            Field::new("duration_ns", DataType::Int64, true),
+            Field::new(SOURCE_CLOCK_COLUMN, DataType::Int64, true),
+        ]);
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(
+                TimestampMicrosecondArray::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())
+                    .with_timezone("+00:00"),
+            ),
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r.1.as_str()).collect::<Vec<_>>(),
+            )),
+            Arc::new(StringArray::from(
+                rows.iter().map(|r| r.2.as_str()).collect::<Vec<_>>(),
+            )),
+            Arc::new(arrow_array::Int32Array::from(
+                rows.iter().map(|r| r.3).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                rows.iter().map(|r| r.4).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                rows.iter().map(|r| r.5).collect::<Vec<_>>(),
+            )),
+        ];
+        StreamBatch::single(
+            0,
+            RecordBatch::try_new(Arc::new(schema), columns).unwrap(),
+            0,
+        )
+    }
+
+    /// One verdict row: (service, metric), then the minutes of `deployed_at` and
+    /// `decided_at` (the end of the deciding minute), versions,
+    /// (old, new) requests, p-value and verdict.
+    type Verdict = (
+        (String, String),
+        (i64, i64),
+        (String, String),
+        (i64, i64),
+        Option<f64>,
+        String,
+    );
+
+    fn verdicts(emitted: Vec<(usize, StreamBatch)>, out: &mut Vec<Verdict>, late: &mut usize) {
+        for (output, b) in emitted {
+            let b = b.batch;
+            if output == 1 {
+                *late += b.num_rows();
+                continue;
+            }
+            let text = |n: &str, r| {
+                b.column_by_name(n)
+                    .unwrap()
+                    .as_string::<i32>()
+                    .value(r)
+                    .to_string()
+            };
+            let int = |n: &str, r| {
+                b.column_by_name(n)
+                    .unwrap()
+                    .as_primitive::<Int64Type>()
+                    .value(r)
+            };
+            let minute = |n: &str, r| {
+                b.column_by_name(n)
+                    .unwrap()
+                    .as_primitive::<TimestampMicrosecondType>()
+                    .value(r)
+                    .div_euclid(MINUTE)
+            };
+            let p_values = b
+                .column_by_name("p_value")
+                .unwrap()
+                .as_primitive::<Float64Type>();
+            for r in 0..b.num_rows() {
+                out.push((
+                    (text("service_name", r), text("metric", r)),
+                    (minute("deployed_at", r), minute("decided_at", r)),
+                    (text("old_version", r), text("new_version", r)),
+                    (int("old_requests", r), int("new_requests", r)),
+                    (!p_values.is_null(r)).then(|| p_values.value(r)),
+                    text("verdict", r),
+                ));
+            }
+        }
+    }
+
+    /// Runs `rows` through in chunks of `size` (the exchange's clock after each), then moves
+    /// the clock an hour on; with `restart`, a fresh operator restores the state halfway.
+    fn run(rows: &[Request], size: usize, restart: bool) -> (Vec<Verdict>, usize) {
+        let dir = std::env::temp_dir().join(format!(
+            "floe-regression-{}-{}-{}-{}",
+            std::process::id(),
+            rows.len(),
+            size,
+            restart
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut store = StateStore::open(&dir, 8 << 20).unwrap();
+        let names = |p: u32| format!("x/{p}");
+        let mut op = Regression::new(spec(), &input()).unwrap();
+        let (mut out, mut late) = (Vec::new(), 0);
+        let mut clock = i64::MIN;
+        let chunks = rows.len().div_ceil(size);
+        for (i, chunk) in rows.chunks(size).enumerate() {
+            if restart && i == chunks / 2 {
+                op = Regression::new(spec(), &input()).unwrap();
+                let mut ctx = Context::new(Some(&mut store), 0, &names);
+                op.on_restore(0, &mut ctx).unwrap();
+            }
+            let mut ctx = Context::new(Some(&mut store), 0, &names);
+            op.on_batch(&batch(chunk), &mut ctx).unwrap();
+            clock = chunk.iter().map(|r| r.0).fold(clock, i64::max);
+            op.on_event_clock(0, clock, &mut ctx).unwrap();
+            let (emitted, dead) = ctx.finish();
+            assert!(dead.is_empty());
+            verdicts(emitted, &mut out, &mut late);
+        }
+        let mut ctx = Context::new(Some(&mut store), 0, &names);
+        op.on_event_clock(0, clock + 3600 * S, &mut ctx).unwrap();
+        verdicts(ctx.finish().0, &mut out, &mut late);
+        let _ = std::fs::remove_dir_all(&dir);
+        (out, late)
+    }
+
+    fn lcg(seed: u64) -> impl FnMut() -> u64 {
+        let mut state = seed;
+        move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            state >> 33
+        }
+    }
+
+    /// `minutes` of requests, `per_second` a second per service, up to 20 s out of order and
+    /// 1 % two minutes late. `checkout` deploys 2.0 at minute 40: ten times the errors (0.5 %
+    /// → 5 %), 1.5 times slower; `search` deploys 7.1 at minute 30, changing nothing.
+    fn requests(minutes: i64, per_second: i64) -> Vec<Request> {
+        let mut next = lcg(7);
+        let mut out = Vec::new();
+        let mut clock: Option<i64> = None;
+        for i in 0..minutes * 60 * per_second {
+            let nominal = T0 + i * S / per_second;
+            for (service, deploy, version) in [("checkout", 40, "2.0"), ("search", 30, "7.1")] {
+                let late = if next().is_multiple_of(100) { 120 * S } else { 0 };
+                let t = nominal - (next() % 20) as i64 * S - late;
+                let deployed = nominal >= T0 + deploy * MINUTE;
+                let bad = deployed && service == "checkout";
+                let error = i32::from(next() % 1000 < if bad { 50 } else { 5 });
+                let mut duration = 50_000_000 + (next() % 100) as i64 * 1_000_000;
+                if bad {
+                    duration = duration * 3 / 2;
+                }
+                let version = if deployed { version } else { "1.0" };
+                out.push((t, service.into(), version.into(), error, duration, clock));
+                clock = Some(clock.map_or(t, |c| c.max(t)));
+            }
+        }
+        out
+    }
+
+    /// (old, new) requests of a deploy and the late rows, straight from the definitions.
+    fn counted(
+        rows: &[Request],
+        service: &str,
+        versions: (&str, &str),
+        deployed: i64,
+    ) -> (i64, i64, usize) {
+        let decided = deployed + DEFAULTS.after_minutes - 1;
+        let (mut old, mut new, mut late) = (0, 0, 0);
+        for r in rows {
+            let minute = r.0.div_euclid(MINUTE);
+            let wm = r.5.map_or(i64::MIN, |c| c - OOO - LATENESS);
+            if (minute + 1) * MINUTE <= wm {
+                late += 1;
+                continue;
+            }
+            if r.1 != service || minute > decided {
+                continue;
+            }
+            if r.2 == versions.0 && minute >= deployed - DEFAULTS.baseline_minutes {
+                old += 1;
+            } else if r.2 == versions.1 && minute >= deployed {
+                new += 1;
+            }
+        }
+        (old, new, late)
+    }
+
+    #[test]
+    fn a_bad_deploy_is_flagged_and_a_quiet_one_passes_whatever_the_batching() {
+        let rows = requests(60, 4);
+        let m0 = T0.div_euclid(MINUTE);
+        let (out, late) = run(&rows, 500, false);
+        let (checkout_old, checkout_new, expected_late) =
+            counted(&rows, "checkout", ("1.0", "2.0"), m0 + 40);
+        let (search_old, search_new, _) = counted(&rows, "search", ("1.0", "7.1"), m0 + 30);
+        assert_eq!(late, expected_late);
+        assert!(late > 0);
+        let row = |service: &str, metric: &str| {
+            out.iter()
+                .find(|v| v.0 == (service.to_string(), metric.to_string()))
+                .unwrap_or_else(|| panic!("no {service} {metric} in {out:?}"))
+                .clone()
+        };
+        assert_eq!(out.len(), 4, "{out:?}");
+        for metric in ["error_rate", "latency_p99"] {
+            let v = row("checkout", metric);
+            assert_eq!(
+                v.1,
+                (m0 + 40, m0 + 50),
+                "decided at the end of the 10th minute"
+            );
+            assert_eq!(v.2, ("1.0".into(), "2.0".into()));
+            assert_eq!(v.3, (checkout_old, checkout_new));
+            assert_eq!(v.5, "regression", "{v:?}");
+            let v = row("search", metric);
+            assert_eq!(v.1, (m0 + 30, m0 + 40));
+            assert_eq!(v.3, (search_old, search_new));
+            assert_eq!(v.5, "ok", "{v:?}");
+        }
+        let p = row("checkout", "error_rate").4.unwrap();
+        assert!(p < 1e-9, "{p}");
+        assert!(row("checkout", "latency_p99").4.is_none());
+        // Any batching, and a restore halfway, give the same verdicts.
+        for (size, restart) in [(97, false), (1000, true), (333, true)] {
+            assert_eq!(
+                run(&rows, size, restart),
+                (out.clone(), late),
+                "{size} {restart}"
+            );
+        }
+    }
+
+    #[test]
+    fn too_little_traffic_waits_then_says_so() {
+        // One request every 10 s: 60 in the 10 minutes after the deploy, under 200.
+        let rows: Vec<Request> = (0..6 * 120)
+            .map(|i| {
+                let t = T0 + i * 10 * S;
+                let version = if i >= 6 * 40 { "2" } else { "1" };
+                (
+                    t,
+                    "batch".into(),
+                    version.into(),
+                    0,
+                    10_000_000,
+                    Some(t - 10 * S),
+                )
+            })
+            .collect();
+        let (out, _) = run(&rows, 50, false);
+        let m0 = T0.div_euclid(MINUTE);
+        assert_eq!(out.len(), 2, "{out:?}");
+        for v in &out {
+            assert_eq!(v.1, (m0 + 40, m0 + 40 + DEFAULTS.max_wait_minutes));
+            assert_eq!(v.5, "insufficient_traffic");
+        }
+    }
+
+    #[test]
+    fn the_error_rate_test_is_the_two_proportion_z_test() {
+        // 1 % against 3 % of 1000: z = 0.02 / sqrt(0.02 · 0.98 · 0.002) = 3.194, 1 − Φ(z).
+        let p = error_rate_p_value((1000, 10), (1000, 30));
+        assert!((p - 0.000_701).abs() < 5e-6, "{p}");
+        assert!((error_rate_p_value((1000, 10), (1000, 10)) - 0.5).abs() < 1e-12);
+        assert!(error_rate_p_value((1000, 30), (1000, 10)) > 0.99);
+        assert_eq!(error_rate_p_value((0, 0), (10, 1)), 1.0);
+        assert_eq!(error_rate_p_value((10, 0), (10, 0)), 1.0);
+    }
+
+    /// The generator's shop, 5 seeds: `payments` 1.1.0 (4 × its errors, 1.5 × slower) is
+    /// flagged by both metrics, `inventory` 2.0.0 (the same behaviour) by neither.
+    #[test]
+    fn the_generators_bad_deploy_is_flagged_in_five_seeds_and_its_quiet_one_never() {
+        use floe_otlp::generate::{Deploy, Generator};
+        use opentelemetry_proto::tonic::common::v1::any_value::Value;
+        use prost::Message as _;
+
+        let start = T0 as u64 * 1000;
+        let minute = 60_000_000_000u64;
+        let m0 = T0.div_euclid(MINUTE);
+        for seed in 1..=5u64 {
+            let deploy = |service: &str, version: &str, at: u64, factors: (f64, f64)| Deploy {
+                service: service.into(),
+                version: version.into(),
+                at_unix_nano: start + at * minute,
+                error_factor: factors.0,
+                latency_factor: factors.1,
+            };
+            let mut g = Generator::new(seed, start)
+                .with_rate(10)
+                .with_deploy(deploy("payments", "1.1.0", 20, (4.0, 1.5)))
+                .with_deploy(deploy("inventory", "2.0.0", 15, (1.0, 1.0)));
+            let mut rows: Vec<Request> = Vec::new();
+            let mut clock: Option<i64> = None;
+            while rows.last().is_none_or(|r| r.0 < T0 + 35 * MINUTE) {
+                let [traces, _] = g.requests(50);
+                let data = opentelemetry_proto::tonic::trace::v1::TracesData::decode(
+                    traces.bytes.as_slice(),
+                )
+                .unwrap();
+                let mut newest = clock;
+                for rs in data.resource_spans {
+                    let attr = |key: &str| {
+                        rs.resource
+                            .as_ref()
+                            .unwrap()
+                            .attributes
+                            .iter()
+                            .find(|a| a.key == key)
+                            .and_then(|a| match &a.value.as_ref()?.value {
+                                Some(Value::StringValue(s)) => Some(s.clone()),
+                                _ => None,
+                            })
+                            .unwrap()
+                    };
+                    let (service, version) = (attr("service.name"), attr("service.version"));
+                    for span in rs.scope_spans.iter().flat_map(|s| &s.spans) {
+                        let t = (span.start_time_unix_nano / 1000) as i64;
+                        let failed = span.status.as_ref().is_some_and(|s| s.code == 2);
+                        let duration = (span.end_time_unix_nano - span.start_time_unix_nano) as i64;
+                        rows.push((
+                            t,
+                            service.clone(),
+                            version.clone(),
+                            failed as i32,
+                            duration,
+                            clock,
+                        ));
+                        newest = Some(newest.map_or(t, |c| c.max(t)));
+                    }
+                }
+                clock = newest; // one record's clock, as a source partition reports it
+            }
+            let (out, late) = run(&rows, 2000, seed == 3);
+            assert_eq!(late, 0);
+            let verdict = |service: &str, metric: &str| {
+                let v = out
+                    .iter()
+                    .find(|v| v.0 == (service.to_string(), metric.to_string()))
+                    .unwrap_or_else(|| panic!("seed {seed}: no {service} {metric}: {out:?}"));
+                (v.1, v.5.clone())
+            };
+            for metric in ["error_rate", "latency_p99"] {
+                assert_eq!(
+                    verdict("payments", metric),
+                    ((m0 + 20, m0 + 30), "regression".to_string()),
+                    "seed {seed}"
+                );
+                assert_eq!(
+                    verdict("inventory", metric),
+                    ((m0 + 15, m0 + 25), "ok".to_string()),
+                    "seed {seed}"
+                );
+            }
+            assert_eq!(out.len(), 4, "seed {seed}: only the two deploys: {out:?}");
+        }
+    }
+}
