@@ -61,6 +61,16 @@ pub const EXCHANGED_FROM: &str = "floe.exchanged-from";
 /// (comma-separated): every row with the same values of them is in one partition.
 pub const EXCHANGED_BY: &str = "floe.exchanged-by";
 
+/// The property of a stream whose source has a single partition (the generator), and of the
+/// streams filtered or selected from it: every row is in one partition already, as if
+/// exchanged by no key at all.
+pub const ONE_PARTITION: &str = "floe.one-partition";
+
+/// Whether every row of `stream` is in one partition (see [`ONE_PARTITION`]).
+pub fn is_one_partition(stream: &crate::StreamSpec) -> bool {
+    stream.properties.iter().any(|(k, _)| k == ONE_PARTITION)
+}
+
 /// The key columns rows of `stream` were exchanged by, if it was read back from an exchange.
 pub fn exchange_key(stream: &crate::StreamSpec) -> Option<Vec<String>> {
     stream
@@ -75,13 +85,13 @@ pub fn is_exchanged(stream: &crate::StreamSpec) -> bool {
     stream.properties.iter().any(|(k, _)| k == EXCHANGED_FROM)
 }
 
-/// The [`EXCHANGED_FROM`] and [`EXCHANGED_BY`] properties of `stream`, for a stream derived
-/// from it row by row.
+/// The [`EXCHANGED_FROM`], [`EXCHANGED_BY`] and [`ONE_PARTITION`] properties of `stream`,
+/// for a stream derived from it row by row.
 pub fn exchanged_property(stream: &crate::StreamSpec) -> Vec<(String, String)> {
     stream
         .properties
         .iter()
-        .filter(|(k, _)| k == EXCHANGED_FROM || k == EXCHANGED_BY)
+        .filter(|(k, _)| k == EXCHANGED_FROM || k == EXCHANGED_BY || k == ONE_PARTITION)
         .cloned()
         .collect()
 }

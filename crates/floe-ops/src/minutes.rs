@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, UInt32Array};
 use arrow_schema::{DataType, Field, Schema};
-use floe_core::exchange::{SOURCE_CLOCK_COLUMN, exchange_key, is_exchanged};
+use floe_core::exchange::{SOURCE_CLOCK_COLUMN, exchange_key, is_exchanged, is_one_partition};
 use floe_core::{StreamBatch, StreamSpec};
 
 use crate::aggregate::Aggregate;
@@ -30,13 +30,17 @@ pub(crate) const MINUTE: i64 = 60_000_000;
 /// The inner rows' column holding the index of their input row.
 pub(crate) const ROW_COLUMN: &str = "row";
 
-/// Refuses `input` unless it is read back from an exchange keyed by a subset of `allowed`:
-/// `what` needs every row of such a key in one partition.
+/// Refuses `input` unless it is read back from an exchange keyed by a subset of `allowed`
+/// (or all of its rows are in one partition anyway): `what` needs every row of such a key in
+/// one partition.
 pub(crate) fn require_exchange_by(
     input: &StreamSpec,
     allowed: &[String],
     what: &str,
 ) -> Result<(), String> {
+    if is_one_partition(input) {
+        return Ok(());
+    }
     match exchange_key(input) {
         Some(key) if key.iter().all(|k| allowed.contains(k)) => Ok(()),
         Some(key) => Err(format!(

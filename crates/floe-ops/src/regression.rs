@@ -1157,7 +1157,11 @@ mod tests {
         for i in 0..minutes * 60 * per_second {
             let nominal = T0 + i * S / per_second;
             for (service, deploy, version) in [("checkout", 40, "2.0"), ("search", 30, "7.1")] {
-                let late = if next().is_multiple_of(100) { 120 * S } else { 0 };
+                let late = if next().is_multiple_of(100) {
+                    120 * S
+                } else {
+                    0
+                };
                 let t = nominal - (next() % 20) as i64 * S - late;
                 let deployed = nominal >= T0 + deploy * MINUTE;
                 let bad = deployed && service == "checkout";

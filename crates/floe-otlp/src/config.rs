@@ -6,6 +6,9 @@
 //! requests_per_second = 2000   # traces of five spans and five logs each
 //! duration = "20s"             # stop after this long (default: run until stopped)
 //! seed = 42
+//! speed = 60                   # event time runs 60 × wall time, ending now (default: 1, from now)
+//! # a new version of one service, `at` into the event time, with more errors and slower
+//! deploy = { service = "payments", version = "1.1.0", at = "6m", error_factor = 4, latency_factor = 1.5 }
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
@@ -27,6 +30,41 @@ pub struct RawGenerator {
     pub duration: Option<Text>,
     /// Seed of the generated data (default 42).
     pub seed: Option<Spanned<i64>>,
+    /// Event-time seconds per wall-clock second (default 1).
+    pub speed: Option<Spanned<i64>>,
+    /// A deploy at a known event time.
+    pub deploy: Option<Spanned<RawDeploy>>,
+}
+
+/// `deploy = {…}` of `[source.generator]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDeploy {
+    /// One of the generated services.
+    pub service: Option<Text>,
+    /// The version it reports from then on.
+    pub version: Option<Text>,
+    /// Event time after the start.
+    pub at: Option<Text>,
+    /// Multiplies its errors' rate (default 1).
+    pub error_factor: Option<Spanned<f64>>,
+    /// Multiplies its latency (default 1).
+    pub latency_factor: Option<Spanned<f64>>,
+}
+
+/// A deploy `at` event time after the generator's start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeployConfig {
+    /// The service.
+    pub service: String,
+    /// Its new version.
+    pub version: String,
+    /// Event time after the start.
+    pub at: Duration,
+    /// Factor of its errors.
+    pub error_factor: f64,
+    /// Factor of its latency.
+    pub latency_factor: f64,
 }
 
 /// The generator's settings.
@@ -38,6 +76,10 @@ pub struct GeneratorConfig {
     pub duration: Option<Duration>,
     /// Seed of the data.
     pub seed: u64,
+    /// Event-time seconds per wall-clock second.
+    pub speed: u64,
+    /// A deploy, if any.
+    pub deploy: Option<DeployConfig>,
 }
 
 impl RawGenerator {
@@ -55,8 +97,49 @@ impl RawGenerator {
                 .as_ref()
                 .map(|d| c.duration(Some(d), Duration::from_secs(30))),
             seed: self.seed.as_ref().map_or(42, |s| *s.get_ref() as u64),
+            speed: c.integer(self.speed.as_ref(), "speed", 1..=3600, 1) as u64,
+            deploy: self.deploy.as_ref().and_then(|d| deploy(c, d)),
         }
     }
+}
+
+fn deploy(c: &mut Checker<'_>, raw: &Spanned<RawDeploy>) -> Option<DeployConfig> {
+    let d = raw.get_ref();
+    let service = c.opt(d.service.as_ref());
+    match &service {
+        None => c.at(raw, "a deploy names its `service`"),
+        Some(s) if !crate::generate::Generator::services().any(|g| g == s) => {
+            let at = d.service.as_ref().expect("given");
+            let names: Vec<&str> = crate::generate::Generator::services().collect();
+            c.at(
+                at,
+                format!("the generator's services are {}", names.join(", ")),
+            );
+        }
+        Some(_) => {}
+    }
+    let version = c.opt(d.version.as_ref());
+    if version.is_none() {
+        c.at(raw, "a deploy names its new `version`");
+    }
+    let at = c.duration_or_zero(d.at.as_ref(), Duration::ZERO);
+    let factor = |c: &mut Checker<'_>, v: &Option<Spanned<f64>>| match v {
+        None => Some(1.0),
+        Some(f) if *f.get_ref() > 0.0 && f.get_ref().is_finite() => Some(*f.get_ref()),
+        Some(f) => {
+            c.at(f, "a factor is a positive number (1: unchanged)");
+            None
+        }
+    };
+    let error_factor = factor(c, &d.error_factor);
+    let latency_factor = factor(c, &d.latency_factor);
+    Some(DeployConfig {
+        service: service?,
+        version: version?,
+        at,
+        error_factor: error_factor?,
+        latency_factor: latency_factor?,
+    })
 }
 
 /// The OTLP format's topic → signal map (`signals = { my_spans = "traces" }`); problems go to

@@ -16,6 +16,8 @@ pub struct OtlpFormat {
     builders: TableBuilders,
     /// Attribute entries dropped for a later one of the same key, since the start.
     duplicate_keys: u64,
+    /// The source has one partition: its streams say so ([`floe_core::exchange::ONE_PARTITION`]).
+    one_partition: bool,
 }
 
 impl OtlpFormat {
@@ -26,7 +28,15 @@ impl OtlpFormat {
             signals,
             builders: TableBuilders::new(),
             duplicate_keys: 0,
+            one_partition: false,
         }
+    }
+
+    /// The format of a source with a single partition (the generator): every row of a
+    /// stream is in one partition, which operators needing a key's rows in one place accept.
+    pub fn one_partition(mut self) -> Self {
+        self.one_partition = true;
+        self
     }
 
     fn signal(&self, topic: &str) -> Option<Signal> {
@@ -56,7 +66,14 @@ impl Format for OtlpFormat {
                     _ => Vec::new(),
                 },
                 plain_columns: t.plain_columns().iter().map(|c| c.to_string()).collect(),
-                properties: Vec::new(),
+                properties: if self.one_partition {
+                    vec![(
+                        floe_core::exchange::ONE_PARTITION.to_string(),
+                        "true".to_string(),
+                    )]
+                } else {
+                    Vec::new()
+                },
             })
             .collect()
     }

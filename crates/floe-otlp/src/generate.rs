@@ -771,14 +771,14 @@ pub fn profiles_json(protobuf: &[u8]) -> Vec<u8> {
 }
 
 /// The generator as a [`floe_core::Source`]: records on `otlp_spans/0`, `otlp_logs/0` and
-/// `otlp_metrics/0`, paced at `requests_per_second`, for `duration` if given. Offsets count
-/// records per topic; seeking continues the count (with fresh data) so a restarted quickstart
-/// appends rather than repeats.
+/// `otlp_metrics/0`, paced at `requests_per_second`, for `duration` if given. Event time runs
+/// `speed` times faster than the wall clock, and ends about now: it starts `(speed − 1) ×
+/// duration` back. Offsets count records per topic; seeking continues the count (with fresh
+/// data) so a restarted quickstart appends rather than repeats.
 #[derive(Debug)]
 pub struct GeneratorSource {
     generator: Generator,
-    seed: u64,
-    requests_per_second: u64,
+    config: crate::config::GeneratorConfig,
     ends: Option<std::time::Instant>,
     started: std::time::Instant,
     requests_sent: u64,
@@ -790,13 +790,14 @@ const TOPICS: [&str; 3] = ["otlp_spans", "otlp_logs", "otlp_metrics"];
 
 impl GeneratorSource {
     /// A paced generator.
-    pub fn new(seed: u64, requests_per_second: u64, duration: Option<std::time::Duration>) -> Self {
+    pub fn new(config: &crate::config::GeneratorConfig) -> Self {
         let now = std::time::Instant::now();
+        let mut config = config.clone();
+        config.requests_per_second = config.requests_per_second.max(1);
         Self {
-            generator: Generator::new(seed, now_unix_nano()),
-            seed,
-            requests_per_second: requests_per_second.max(1),
-            ends: duration.map(|d| now + d),
+            generator: fresh(&config, config.seed),
+            ends: config.duration.map(|d| now + d),
+            config,
             started: now,
             requests_sent: 0,
             last_metrics: now,
@@ -814,6 +815,28 @@ impl GeneratorSource {
         });
         self.offsets[topic] += 1;
     }
+}
+
+/// A generator for `config` with `seed`, its event time starting now (less the head start
+/// `speed` gives) and its deploy placed after that start.
+fn fresh(config: &crate::config::GeneratorConfig, seed: u64) -> Generator {
+    let speed = config.speed.max(1);
+    let head_start = config
+        .duration
+        .map_or(0, |d| d.as_nanos() as u64 * (speed - 1));
+    let start = now_unix_nano().saturating_sub(head_start);
+    let mut generator =
+        Generator::new(seed, start).with_rate((config.requests_per_second / speed).max(1));
+    if let Some(d) = &config.deploy {
+        generator = generator.with_deploy(Deploy {
+            service: d.service.clone(),
+            version: d.version.clone(),
+            at_unix_nano: start + d.at.as_nanos() as u64,
+            error_factor: d.error_factor,
+            latency_factor: d.latency_factor,
+        });
+    }
+    generator
 }
 
 fn now_unix_nano() -> u64 {
@@ -835,8 +858,8 @@ impl floe_core::Source for GeneratorSource {
             return Ok(floe_core::Polled::Finished);
         }
         // Requests due by now at the configured rate, in records of at most 100 requests.
-        let due = (now.duration_since(self.started).as_secs_f64() * self.requests_per_second as f64)
-            as u64;
+        let due = (now.duration_since(self.started).as_secs_f64()
+            * self.config.requests_per_second as f64) as u64;
         let mut pending = due.saturating_sub(self.requests_sent);
         let mut bytes = 0;
         while pending > 0 && out.len() + 3 <= limit.records && bytes < limit.bytes {
@@ -871,7 +894,7 @@ impl floe_core::Source for GeneratorSource {
             self.offsets[i] = floe_core::position_of(positions, topic, 0).unwrap_or(0);
         }
         // Fresh data for a continued run: another seed per starting offset.
-        self.generator = Generator::new(self.seed ^ self.offsets[0] as u64, now_unix_nano());
+        self.generator = fresh(&self.config, self.config.seed ^ self.offsets[0] as u64);
         Ok(())
     }
 

@@ -27,6 +27,7 @@ use floe_runtime::{Job, JobConfig, JobMetrics, RecordReader, RunOptions, RunSumm
 use source::{KafkaFormat, RawSource, SourceConfig};
 use tokio_util::sync::CancellationToken;
 
+mod findings;
 mod graph;
 mod source;
 
@@ -275,8 +276,9 @@ async fn run(
             }
         },
         SourceConfig::Generator(g) => {
-            let generator = GeneratorSource::new(g.seed, g.requests_per_second, g.duration);
-            let reader = RecordReader::new(generator, OtlpFormat::new(HashMap::new()), bytes);
+            let generator = GeneratorSource::new(&g);
+            let format = OtlpFormat::new(HashMap::new()).one_partition();
+            let reader = RecordReader::new(generator, format, bytes);
             drive(config, client, reader, metrics, &options, shutdown).await?
         }
         SourceConfig::Postgres(mut p) => {
@@ -391,7 +393,14 @@ async fn quickstart(dir: &Path, duration: &str, shutdown: CancellationToken) -> 
         "floe quickstart: generating OpenTelemetry data for {duration} into {}/warehouse",
         dir.display()
     );
-    let summary = run(config, source, RunOptions::default(), None, shutdown).await?;
+    let summary = run(
+        config.clone(),
+        source,
+        RunOptions::default(),
+        None,
+        shutdown,
+    )
+    .await?;
     let warehouse = absolute(&dir.join("warehouse"))?;
     println!(
         "\n{} checkpoints committed; rows: {}",
@@ -416,13 +425,27 @@ async fn quickstart(dir: &Path, duration: &str, shutdown: CancellationToken) -> 
                 "  SELECT severity_text, count(*) FROM iceberg_scan('{}') GROUP BY ALL;\n",
                 metadata.display()
             );
+        } else if table == "otel_slo_status" {
+            println!(
+                "  SELECT window_end, slo, good, total, burn_rate_1h, budget_remaining, page_1h, page_6h\n  FROM iceberg_scan('{}') ORDER BY window_end DESC, slo LIMIT 10;\n",
+                metadata.display()
+            );
+        } else if table == "otel_deploy_regressions" {
+            println!(
+                "  SELECT decided_at, service_name, old_version, new_version, metric, old_value, new_value, p_value, verdict\n  FROM iceberg_scan('{}') ORDER BY decided_at, service_name, metric;\n",
+                metadata.display()
+            );
         }
     }
+
     println!(
         "Or serve the catalog and ATTACH it:\n\n  floe-catalog --warehouse {} --store sqlite://{}\n  ATTACH 'floe' AS lake (TYPE iceberg, ENDPOINT 'http://127.0.0.1:8181', AUTHORIZATION_TYPE 'none');\n  SELECT count(*) FROM lake.otel.otel_spans;",
         warehouse.display(),
         absolute(&dir.join("state/catalog.db"))?.display()
     );
+    if let Err(e) = findings::print(&config).await {
+        eprintln!("floe quickstart: cannot read the SLO status and the deploys back: {e:#}");
+    }
     Ok(())
 }
 

@@ -96,7 +96,9 @@ impl SourceSection for RawSource {
             SourceConfig::Kafka(_, KafkaFormat::Otlp(signals)) => {
                 Streams::Known(OtlpFormat::new(signals.clone()).streams())
             }
-            SourceConfig::Generator(_) => Streams::Known(OtlpFormat::new(HashMap::new()).streams()),
+            SourceConfig::Generator(_) => {
+                Streams::Known(OtlpFormat::new(HashMap::new()).one_partition().streams())
+            }
             SourceConfig::Kafka(_, KafkaFormat::DebeziumJson) | SourceConfig::Postgres(_) => {
                 Streams::Tables
             }

@@ -159,13 +159,7 @@ fn a_job_stopped_while_it_starts_exits_cleanly() {
 fn quickstart_lands_data_duckdb_reads() {
     let dir = temp_dir("quickstart");
     let out = Command::new(env!("CARGO_BIN_EXE_floe"))
-        .args([
-            "quickstart",
-            "--duration",
-            "4s",
-            "--dir",
-            dir.to_str().unwrap(),
-        ])
+        .args(["quickstart", "--dir", dir.to_str().unwrap()])
         .env("RUST_LOG", "info")
         .output()
         .unwrap();
@@ -182,6 +176,19 @@ fn quickstart_lands_data_duckdb_reads() {
         stdout.contains("iceberg_scan('"),
         "prints DuckDB queries:\n{stdout}"
     );
+    // The default 20 s make 20 minutes of event time: the SLOs have a status, and the bad
+    // payments deploy three minutes in is judged ten minutes later, by both metrics.
+    assert!(stdout.contains("SLOs, at their newest minute"), "{stdout}");
+    assert!(stdout.contains("frontend-availability"), "{stdout}");
+    let verdicts: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("payments 1.0.0 → 1.1.0"))
+        .collect();
+    assert_eq!(verdicts.len(), 2, "{stdout}");
+    assert!(
+        verdicts.iter().all(|l| l.ends_with("REGRESSION")),
+        "{verdicts:?}"
+    );
     if support::optional_service("FLOE_TEST_PYTHON").is_none() {
         return;
     }
@@ -196,6 +203,20 @@ fn quickstart_lands_data_duckdb_reads() {
     support::python(&format!(
         "import duckdb_offline\ncon = duckdb_offline.connect()\nrows = con.sql('''{query}''').fetchall()\n\
          assert len(rows) == 5, rows\nassert all(r[1] > 0 for r in rows), rows\nprint(rows)"
+    ));
+    // And the printed deploy query finds what the quickstart said.
+    let query = stdout
+        .split("\n\n")
+        .find(|block| block.contains("otel_deploy_regressions-"))
+        .unwrap()
+        .trim()
+        .trim_end_matches(';')
+        .to_string();
+    support::python(&format!(
+        "import duckdb_offline\ncon = duckdb_offline.connect()\nrows = con.sql('''{query}''').fetchall()\n\
+         assert [(r[1], r[2], r[3], r[4], r[8]) for r in rows] == [\
+         ('payments', '1.0.0', '1.1.0', 'error_rate', 'regression'), \
+         ('payments', '1.0.0', '1.1.0', 'latency_p99', 'regression')], rows\nprint(rows)"
     ));
     let _ = std::fs::remove_dir_all(&dir);
 }
