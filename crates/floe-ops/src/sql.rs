@@ -18,7 +18,9 @@ use arrow_array::types::Int8Type;
 use arrow_array::{Array, ArrayRef, BooleanArray, Int8Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::MemTable;
+use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::{ExprSchemable, LogicalPlan};
+use datafusion::optimizer::simplify_expressions::ExprSimplifier;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 use floe_core::{OP_COLUMN, Op, StreamBatch, StreamSpec, UNCHANGED_COLUMN};
@@ -104,13 +106,26 @@ fn plan(
         ));
     }
     let scan_schema = scan.schema();
+    // Simplified first, as DataFusion's optimizer would: some functions (coalesce, nvl) are
+    // rewritten there and have no physical form of their own.
+    let simplifier = ExprSimplifier::new(
+        SimplifyContext::builder()
+            .with_schema(scan_schema.clone())
+            .build(),
+    );
+    let physical = |e: datafusion::logical_expr::Expr| {
+        let e = simplifier
+            .simplify(e)
+            .map_err(|e| e.strip_backtrace().to_string())?;
+        ctx.create_physical_expr(e, scan_schema)
+            .map_err(|e| e.strip_backtrace().to_string())
+    };
     let predicate = predicate
         .map(|p| {
             if p.get_type(scan_schema).map_err(|e| e.to_string())? != DataType::Boolean {
                 return Err(format!("the condition {p} is not true or false"));
             }
-            ctx.create_physical_expr(p, scan_schema)
-                .map_err(|e| e.strip_backtrace().to_string())
+            physical(p)
         })
         .transpose()?;
     let output: SchemaRef = Arc::new(projection.schema.as_arrow().clone());
@@ -120,10 +135,7 @@ fn plan(
             projection
                 .expr
                 .iter()
-                .map(|e| {
-                    ctx.create_physical_expr(e.clone(), scan_schema)
-                        .map_err(|e| e.strip_backtrace().to_string())
-                })
+                .map(|e| physical(e.clone()))
                 .collect::<Result<Vec<_>, _>>()?,
         ),
     };
@@ -491,6 +503,7 @@ mod tests {
             Some(vec![
                 "id * 10 AS tens".into(),
                 "upper(name) AS shout".into(),
+                "coalesce(CASE WHEN id = 2 THEN NULL ELSE name END, 'none') AS named".into(),
             ]),
             Some("id > 1".into()),
         )
@@ -505,6 +518,16 @@ mod tests {
             .to_vec();
         assert_eq!(tens, vec![20, 30, 40]);
         assert_eq!(out.batch.column(1).as_string::<i32>().value(2), "DDDD");
+        // coalesce, which DataFusion rewrites before it can run.
+        let named: Vec<&str> = out
+            .batch
+            .column(2)
+            .as_string::<i32>()
+            .iter()
+            .flatten()
+            .collect();
+        assert_eq!(named[0], "none");
+        assert_eq!(named.len(), 3);
         let schema = s.outputs()[0].schema.clone().unwrap();
         assert!(schema.field_by_name("shout").is_some());
     }
