@@ -418,22 +418,22 @@ impl Slo {
         }
     }
 
-    fn running_key(name: &str) -> Vec<u8> {
+    fn running_key(key: &str) -> Vec<u8> {
         let mut k = vec![0x20];
-        k.extend_from_slice(name.as_bytes());
+        k.extend_from_slice(key.as_bytes());
         k
     }
 
-    fn minute_key(name: &str, minute: i64) -> Vec<u8> {
+    fn minute_key(key: &str, minute: i64) -> Vec<u8> {
         let mut k = vec![0x21];
-        k.extend_from_slice(name.as_bytes());
+        k.extend_from_slice(key.as_bytes());
         k.push(0);
         k.extend_from_slice(&sortable(minute));
         k
     }
 
-    fn bucket(&self, ctx: &Context<'_>, p: u32, name: &str, minute: i64) -> OpResult<(u64, u64)> {
-        match ctx.get(p, &Self::minute_key(name, minute))? {
+    fn bucket(&self, ctx: &Context<'_>, p: u32, key: &str, minute: i64) -> OpResult<(u64, u64)> {
+        match ctx.get(p, &Self::minute_key(key, minute))? {
             None => Ok((0, 0)),
             Some(bytes) => {
                 let mut r = Reader(&bytes);
@@ -589,45 +589,47 @@ impl Slo {
         Ok(())
     }
 
-    /// Evaluates the minutes of `name` without requests before `minute`.
+    /// Evaluates the minutes of the objective stored under `key` without requests before
+    /// `minute`.
     fn evaluate_until(
         &mut self,
         ctx: &mut Context<'_>,
         p: u32,
-        name: &str,
+        key: &str,
         minute: i64,
         out: &mut StatusRows,
     ) -> OpResult<()> {
         while let Some(next) = self
             .running
             .get(&p)
-            .and_then(|r| r.get(name))
+            .and_then(|r| r.get(key))
             .map(|r| r.next)
             .filter(|next| *next < minute)
         {
-            self.evaluate(ctx, p, name, next, 0, 0, out)?;
+            self.evaluate(ctx, p, key, next, 0, 0, out)?;
         }
         Ok(())
     }
 
-    /// Evaluates minute `minute` of objective `name` with its counts.
+    /// Evaluates minute `minute` of the objective stored under `key` ([`Objective::state_key`])
+    /// with its counts.
     #[allow(clippy::too_many_arguments)]
     fn evaluate(
         &mut self,
         ctx: &mut Context<'_>,
         p: u32,
-        name: &str,
+        key: &str,
         minute: i64,
         total: u64,
         bad: u64,
         out: &mut StatusRows,
     ) -> OpResult<()> {
-        let Some(&index) = self.by_key.get(name) else {
+        let Some(&index) = self.by_key.get(key) else {
             return Ok(()); // an objective removed from the job file: nothing runs for it
         };
         let lengths = self.lengths[index];
         let longest = lengths.iter().copied().max().unwrap_or(1);
-        let mut running = match self.running.get(&p).and_then(|r| r.get(name)) {
+        let mut running = match self.running.get(&p).and_then(|r| r.get(key)) {
             Some(r) => r.clone(),
             None => Running {
                 next: minute,
@@ -635,7 +637,7 @@ impl Slo {
             },
         };
         for (sum, len) in running.sums.iter_mut().zip(lengths) {
-            let (t, b) = self.bucket(ctx, p, name, minute - len)?;
+            let (t, b) = self.bucket(ctx, p, key, minute - len)?;
             sum.0 = (sum.0 + total).saturating_sub(t);
             sum.1 = (sum.1 + bad).saturating_sub(b);
         }
@@ -643,9 +645,9 @@ impl Slo {
             let mut w = Writer(Vec::new());
             w.u64(total);
             w.u64(bad);
-            ctx.put(p, &Self::minute_key(name, minute), &w.0)?;
+            ctx.put(p, &Self::minute_key(key, minute), &w.0)?;
         }
-        ctx.delete(p, &Self::minute_key(name, minute - longest))?;
+        ctx.delete(p, &Self::minute_key(key, minute - longest))?;
         running.next = minute + 1;
         let retired = lengths
             .iter()
@@ -656,11 +658,11 @@ impl Slo {
         }
         let map = self.running.entry(p).or_default();
         if retired {
-            map.remove(name);
-            ctx.delete(p, &Self::running_key(name))?;
+            map.remove(key);
+            ctx.delete(p, &Self::running_key(key))?;
         } else {
-            ctx.put(p, &Self::running_key(name), &running.encode())?;
-            map.insert(name.to_string(), running);
+            ctx.put(p, &Self::running_key(key), &running.encode())?;
+            map.insert(key.to_string(), running);
         }
         Ok(())
     }
