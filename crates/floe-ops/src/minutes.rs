@@ -21,7 +21,7 @@ use floe_core::{StreamBatch, StreamSpec};
 
 use crate::aggregate::Aggregate;
 use crate::codec::integer_at;
-use crate::window::{Window, WindowKind, WindowSpec, iceberg_schema};
+use crate::window::{Window, WindowKind, WindowSpec, iceberg_schema, late_rows};
 use crate::{Context, OpResult, Operator, OperatorStats};
 
 /// One minute, µs.
@@ -92,6 +92,30 @@ pub(crate) fn inner_rows(
         arrays.push(pick(clocks).map_err(|e| e.to_string())?);
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(|e| e.to_string())
+}
+
+/// The late table's rows of operator `id` (allowed lateness `lateness` µs): the rows of
+/// `input` (its first `width` columns) that `late` names, each once, with why; `None` if
+/// there are none.
+pub(crate) fn late_input_rows(
+    id: &str,
+    lateness: i64,
+    input: &RecordBatch,
+    width: usize,
+    mut late: Vec<(usize, i64)>,
+) -> Result<Option<RecordBatch>, String> {
+    late.sort();
+    late.dedup_by_key(|(r, _)| *r);
+    if late.is_empty() {
+        return Ok(None);
+    }
+    late_rows(input, width, &late, |w| {
+        format!(
+            "operator {id}: its minute was evaluated already (watermark {w} µs, allowed \
+             lateness {lateness} µs)"
+        )
+    })
+    .map(Some)
 }
 
 /// What one call closed.

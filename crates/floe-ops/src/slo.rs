@@ -47,8 +47,10 @@ use floe_core::{StreamBatch, StreamSpec};
 
 use crate::aggregate::{AggKind, Aggregate};
 use crate::codec::{Reader, Writer, integer_at, sortable};
-use crate::minutes::{Closed, MINUTE, Minutes, ROW_COLUMN, inner_rows, require_exchange_by};
-use crate::window::{event_times, iceberg_schema, late_rows, late_stream, timestamp};
+use crate::minutes::{
+    Closed, MINUTE, Minutes, ROW_COLUMN, inner_rows, late_input_rows, require_exchange_by,
+};
+use crate::window::{event_times, iceberg_schema, late_stream, timestamp};
 use crate::{Context, OpError, OpResult, Operator, OperatorStats};
 
 /// What makes a request good.
@@ -682,22 +684,15 @@ impl Slo {
         ctx: &mut Context<'_>,
         p: u32,
         rows: &RecordBatch,
-        mut late: Vec<(usize, i64)>,
+        late: Vec<(usize, i64)>,
     ) -> OpResult<()> {
-        late.sort();
-        late.dedup_by_key(|(r, _)| *r);
-        if late.is_empty() {
-            return Ok(());
-        }
-        self.late_rows += late.len() as u64;
         let (id, lateness) = (&self.spec.id, self.spec.allowed_lateness);
-        let batch = late_rows(rows, self.input.fields().len(), &late, |w| {
-            format!(
-                "operator {id}: its minute was evaluated already (watermark {w} µs, allowed \
-                 lateness {lateness} µs)"
-            )
-        })
-        .map_err(|e| self.invalid(format!("late rows: {e}")))?;
+        let Some(batch) = late_input_rows(id, lateness, rows, self.input.fields().len(), late)
+            .map_err(|e| self.invalid(format!("late rows: {e}")))?
+        else {
+            return Ok(());
+        };
+        self.late_rows += batch.num_rows() as u64;
         ctx.emit(1, StreamBatch::single(1, batch, p));
         Ok(())
     }
