@@ -20,8 +20,9 @@
 //! closed; the late table must hold exactly the spans of the records sent 5 s back in time,
 //! judged by their own source partition however the exchange interleaved them. Two SLOs read
 //! the exchange too (a `select` before it adds the error column): their per-minute good and total must be DuckDB's
-//! over the landed spans not in their late table. The window's, the SLOs' and both late
-//! tables must be the same in every scenario.
+//! over the landed spans not in their late table; a deploy-regression operator must flag the
+//! generated bad `payments` deploy by both metrics. The window's, the SLOs', the verdicts and
+//! the late tables must be the same in every scenario.
 //!
 //! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
 
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
 use floe_lake::rest::CatalogClient;
-use floe_otlp::generate::Generator;
+use floe_otlp::generate::{Deploy, Generator};
 use rand::Rng;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -59,7 +60,15 @@ fn record(j: usize) -> (i32, Vec<u8>) {
     if sent_back(j) {
         start -= 5_000_000_000;
     }
-    let [traces, _logs] = Generator::new(j as u64, start).requests(REQUESTS);
+    let [traces, _logs] = Generator::new(j as u64, start)
+        .with_deploy(Deploy {
+            service: "payments".into(),
+            version: "1.1.0".into(),
+            at_unix_nano: START_NS + 90_000_000_000,
+            error_factor: 4.0,
+            latency_factor: 1.5,
+        })
+        .requests(REQUESTS);
     ((j % PARTITIONS as usize) as i32, traces.bytes)
 }
 
@@ -74,6 +83,8 @@ struct Windowed {
     slo: (u64, i64),
     /// (rows, digest) of the SLO's late table.
     slo_late: (u64, i64),
+    /// (rows, digest) of the deploy verdicts.
+    deploys: (u64, i64),
 }
 
 struct Scenario {
@@ -301,12 +312,35 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINC
             s.name
         );
         let (slo, slo_late) = self.check_slo(s, &spans).await;
+        let deploys = self.check_deploys(s).await;
         Windowed {
             rows: (rows as u64, digest as i64),
             late: (late as u64, late_digest as i64),
             slo,
             slo_late,
+            deploys,
         }
+    }
+
+    /// The deploy verdicts behind the exchange: the bad payments deploy 90 s in, flagged by
+    /// both metrics. Returns (rows, digest).
+    async fn check_deploys(&self, s: &Scenario) -> (u64, i64) {
+        let verdicts = self.location(s.name, "deploys").await;
+        let out = python(&format!(
+            r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE got AS SELECT * FROM iceberg_scan('{verdicts}')")
+rows = con.sql("SELECT service_name, old_version, new_version, metric, verdict FROM got ORDER BY metric").fetchall()
+assert rows == [('payments', '1.0.0', '1.1.0', 'error_rate', 'regression'), ('payments', '1.0.0', '1.1.0', 'latency_p99', 'regression')], rows
+print(con.sql("SELECT count(*), coalesce(sum(hash(got)), 0) FROM got").fetchone()[0:2])
+"#
+        ));
+        let cells: Vec<i128> = out
+            .trim_matches(|c| c == '(' || c == ')' || c == '\n')
+            .split(", ")
+            .map(|c| c.trim().parse().unwrap())
+            .collect();
+        (cells[0] as u64, cells[1] as i64)
     }
 
     /// The SLO status behind the exchange: every minute the final clock closed has, per
@@ -470,6 +504,13 @@ id = "slo_status"
 kind = "slo"
 input = "by_service"
 allowed_lateness = "1s"
+
+[[operators]]
+id = "deploys"
+kind = "regression"
+input = "by_service"
+allowed_lateness = "1s"
+regression = {{ baseline = "2m", after = "2m", max_wait = "3m", min_requests = 50 }}
 
 [[slos]]
 name = "frontend-availability"
