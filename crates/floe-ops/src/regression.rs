@@ -10,9 +10,12 @@
 //! sketch (DDSketch, 1 % relative error).
 //!
 //! **Deploys.** A service's first version is its *current* one. A version it has never
-//! reported before, seen in a closed minute `d`, is a deploy of it replacing the current
-//! one. The deploy is decided at the end of minute `d + after − 1` (and then every minute,
-//! until `max_wait` after `d`, while either side has fewer than `min_requests`):
+//! reported before, seen in a final minute `d`, is a deploy replacing the current one, and
+//! becomes current (the busiest, when several appear in one minute). Each deploy is decided
+//! on its own — a hotfix deployed while the previous deploy waits is judged against that
+//! one — at the end of minute `d + after − 1`, also when the service had no requests in it
+//! (the clock closes it), and then at the first later minute at which both sides have
+//! `min_requests`, until `d + max_wait − 1`:
 //!
 //! * *new*: the new version's requests in the minutes `[d, decision]`;
 //! * *old*: the replaced version's requests in the matched minutes `[d − baseline, decision]`
@@ -26,12 +29,13 @@
 //! | `latency_p99` (the configured `quantile`) | the quantile, ns, from the merged sketches | new / old | effect ≥ `latency_effect` |
 //!
 //! Verdicts: `regression`, `ok`, or `insufficient_traffic` when `max_wait` passed with a side
-//! under `min_requests`. Then the new version is current; the old one, still running during
-//! a rollout or back after a rollback, starts no deploy of its own. One test per metric and
+//! under `min_requests`. The old version, still running during a rollout or back after a
+//! rollback, starts no deploy of its own (a service remembers its last 64 versions, never
+//! forgetting the current one or one being decided). One test per metric and
 //! deploy at a fixed horizon: the false-positive rate of the error test is `alpha`.
 //!
 //! **State** (per partition, beside the minutes' window): `0x30 service` → its current
-//! version, the versions seen and the pending deploy; `0x31 service 0x00 minute version` →
+//! version, the versions seen, the deploys pending and the newest minute checked; `0x31 service 0x00 minute version` →
 //! that minute's (requests, errors, sketch), kept `baseline + max_wait` minutes.
 
 use std::collections::BTreeMap;
@@ -144,7 +148,11 @@ impl RegressionSpec {
 
     /// The latency metric's name, e.g. `latency_p99`.
     pub fn latency_metric(&self) -> String {
-        let percent = format!("{}", self.quantile * 100.0).replace('.', "_");
+        let percent = format!("{:.3}", self.quantile * 100.0);
+        let percent = percent
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .replace('.', "_");
         format!("latency_p{percent}")
     }
 }
@@ -198,15 +206,28 @@ impl Counts {
     }
 }
 
+/// A deploy waiting for its decision.
+#[derive(Debug, Clone, PartialEq)]
+struct Pending {
+    /// The version it replaces.
+    old: String,
+    /// The new version.
+    new: String,
+    /// Its first minute.
+    deployed: i64,
+}
+
 /// A service's versions in one partition.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Track {
-    /// The version deploys are compared with.
+    /// The newest version deployed: the one the next deploy replaces.
     current: String,
     /// Every version it reported (a version seen before starts no deploy).
     seen: Vec<String>,
-    /// A deploy being decided: (new version, its first minute).
-    pending: Option<(String, i64)>,
+    /// Deploys being decided, oldest first.
+    pending: Vec<Pending>,
+    /// The newest final minute the pending deploys were checked at.
+    checked: i64,
 }
 
 impl Track {
@@ -217,14 +238,13 @@ impl Track {
         for v in &self.seen {
             w.bytes(v.as_bytes());
         }
-        match &self.pending {
-            None => w.u64(0),
-            Some((v, minute)) => {
-                w.u64(1);
-                w.bytes(v.as_bytes());
-                w.i64(*minute);
-            }
+        w.u64(self.pending.len() as u64);
+        for d in &self.pending {
+            w.bytes(d.old.as_bytes());
+            w.bytes(d.new.as_bytes());
+            w.i64(d.deployed);
         }
+        w.i64(self.checked);
         w.0
     }
 
@@ -232,19 +252,42 @@ impl Track {
         let mut r = Reader(bytes);
         let current = text(&mut r)?;
         let n = r.u64()? as usize;
-        let mut seen = Vec::with_capacity(n);
+        let mut seen = Vec::with_capacity(n.min(SEEN_VERSIONS + 1));
         for _ in 0..n {
             seen.push(text(&mut r)?);
         }
-        let pending = match r.u64()? {
-            0 => None,
-            _ => Some((text(&mut r)?, r.i64()?)),
-        };
+        let n = r.u64()? as usize;
+        let mut pending = Vec::with_capacity(n.min(SEEN_VERSIONS));
+        for _ in 0..n {
+            pending.push(Pending {
+                old: text(&mut r)?,
+                new: text(&mut r)?,
+                deployed: r.i64()?,
+            });
+        }
+        let checked = r.i64()?;
         Ok(Self {
             current,
             seen,
             pending,
+            checked,
         })
+    }
+
+    /// Forgets the oldest versions beyond [`SEEN_VERSIONS`], never the current one or one
+    /// being decided.
+    fn cap_seen(&mut self) {
+        while self.seen.len() > SEEN_VERSIONS {
+            let keep = |v: &String| {
+                *v == self.current || self.pending.iter().any(|d| d.new == *v || d.old == *v)
+            };
+            match self.seen.iter().position(|v| !keep(v)) {
+                Some(i) => {
+                    self.seen.remove(i);
+                }
+                None => break,
+            }
+        }
     }
 }
 
@@ -577,6 +620,9 @@ impl Regression {
                 self.evaluate(ctx, p, &service, minute, versions, &mut out)?;
             }
         }
+        if let Some(open) = self.minutes.open_minute(p) {
+            self.decide_idle(ctx, p, open, &mut out)?;
+        }
         if out.rows > 0 {
             let batch = RecordBatch::try_new(self.verdicts.clone(), out.finish())
                 .map_err(|e| self.invalid(format!("verdict rows: {e}")))?;
@@ -586,6 +632,12 @@ impl Regression {
             self.emit_late(ctx, p, rows, closed.late)?;
         }
         Ok(())
+    }
+
+    fn load_track(&self, ctx: &Context<'_>, p: u32, service: &str) -> OpResult<Option<Track>> {
+        ctx.get(p, &Self::track_key(service))?
+            .map(|bytes| Track::decode(&bytes).map_err(|e| self.invalid(e)))
+            .transpose()
     }
 
     /// Minute `minute` of `service` closed with `versions`' counts.
@@ -598,15 +650,12 @@ impl Regression {
         versions: BTreeMap<String, Counts>,
         out: &mut VerdictRows,
     ) -> OpResult<()> {
-        for (version, counts) in &versions {
-            ctx.put(
-                p,
-                &Self::minute_key(service, minute, version),
-                &counts.encode(),
-            )?;
-        }
-        let mut track = match ctx.get(p, &Self::track_key(service))? {
-            Some(bytes) => Track::decode(&bytes).map_err(|e| self.invalid(e))?,
+        let mut track = match self.load_track(ctx, p, service)? {
+            Some(mut track) => {
+                // Deploys due in the minutes since, which had no requests of the service.
+                self.decide_due(ctx, p, service, &mut track, minute - 1, out)?;
+                track
+            }
             None => {
                 // The first version is the busiest one of the service's first minute.
                 let (first, _) = versions
@@ -616,47 +665,39 @@ impl Regression {
                 Track {
                     current: first.clone(),
                     seen: vec![first.clone()],
-                    pending: None,
+                    pending: Vec::new(),
+                    checked: minute - 1,
                 }
             }
         };
-        // New versions, busiest first: the first starts a deploy, unless one is pending.
+        for (version, counts) in &versions {
+            ctx.put(
+                p,
+                &Self::minute_key(service, minute, version),
+                &counts.encode(),
+            )?;
+        }
+        // Each new version is a deploy replacing the current one; the busiest becomes current.
         let mut new: Vec<(&String, u64)> = versions
             .iter()
             .filter(|(v, _)| !track.seen.contains(v))
             .map(|(v, c)| (v, c.requests))
             .collect();
         new.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        for (v, _) in &new {
-            if track.pending.is_none() {
-                track.pending = Some(((*v).clone(), minute));
-            }
-            track.seen.push((*v).clone());
-        }
-        if track.seen.len() > SEEN_VERSIONS {
-            let excess = track.seen.len() - SEEN_VERSIONS;
-            track.seen.drain(..excess);
-        }
-        if let Some((version, deployed)) = track.pending.clone()
-            && minute >= deployed + self.spec.after_minutes - 1
-        {
-            let (old, new) =
-                self.sides(ctx, p, service, &track.current, &version, deployed, minute)?;
-            let enough =
-                old.requests >= self.spec.min_requests && new.requests >= self.spec.min_requests;
-            if enough || minute >= deployed + self.spec.max_wait_minutes - 1 {
-                let deploy = Deploy {
-                    service,
-                    old_version: &track.current,
-                    new_version: &version,
-                    deployed,
-                    decided: minute,
-                };
-                self.decide(&deploy, &old, &new, enough, out);
-                track.current = version;
-                track.pending = None;
+        let replaced = track.current.clone();
+        for (i, (v, _)) in new.into_iter().enumerate() {
+            track.pending.push(Pending {
+                old: replaced.clone(),
+                new: v.clone(),
+                deployed: minute,
+            });
+            track.seen.push(v.clone());
+            if i == 0 {
+                track.current = v.clone();
             }
         }
+        track.cap_seen();
+        self.decide_due(ctx, p, service, &mut track, minute, out)?;
         ctx.put(p, &Self::track_key(service), &track.encode())?;
         // Minutes no decision can reach any more.
         let mut stale = Vec::new();
@@ -672,19 +713,91 @@ impl Regression {
         Ok(())
     }
 
-    /// (old, new) counts of a deploy decided at `decided`: the old version's in the matched
+    /// Decides the deploys of every service of partition `p` due in the final minutes before
+    /// `open`, the minute the clock is in (their services had no requests since).
+    fn decide_idle(
+        &mut self,
+        ctx: &mut Context<'_>,
+        p: u32,
+        open: i64,
+        out: &mut VerdictRows,
+    ) -> OpResult<()> {
+        let mut waiting: Vec<(String, Track)> = Vec::new();
+        let mut failed = None;
+        ctx.scan(p, &[0x30], Some(&[0x31]), |k, v| {
+            match Track::decode(v) {
+                Ok(t) if !t.pending.is_empty() && t.checked < open - 1 => {
+                    waiting.push((String::from_utf8_lossy(&k[1..]).into_owned(), t));
+                }
+                Ok(_) => {}
+                Err(e) => failed = Some(e),
+            }
+            std::ops::ControlFlow::Continue(())
+        })?;
+        if let Some(e) = failed {
+            return Err(self.invalid(format!("a stored service: {e}")));
+        }
+        for (service, mut track) in waiting {
+            self.decide_due(ctx, p, &service, &mut track, open - 1, out)?;
+            ctx.put(p, &Self::track_key(&service), &track.encode())?;
+        }
+        Ok(())
+    }
+
+    /// Decides `track`'s deploys due in its final minutes up to `last`: each at the first
+    /// minute from `deployed + after − 1` on with `min_requests` on both sides, or at
+    /// `deployed + max_wait − 1` without.
+    fn decide_due(
+        &self,
+        ctx: &Context<'_>,
+        p: u32,
+        service: &str,
+        track: &mut Track,
+        last: i64,
+        out: &mut VerdictRows,
+    ) -> OpResult<()> {
+        let s = &self.spec;
+        let mut waiting = Vec::new();
+        for d in std::mem::take(&mut track.pending) {
+            let horizon = d.deployed + s.after_minutes - 1;
+            let give_up = d.deployed + s.max_wait_minutes - 1;
+            let mut decided = false;
+            for minute in (track.checked + 1).max(horizon)..=last.min(give_up) {
+                let (old, new) = self.sides(ctx, p, service, &d, minute)?;
+                let enough = old.requests >= s.min_requests && new.requests >= s.min_requests;
+                if enough || minute == give_up {
+                    let deploy = Deploy {
+                        service,
+                        old_version: &d.old,
+                        new_version: &d.new,
+                        deployed: d.deployed,
+                        decided: minute,
+                    };
+                    self.decide(&deploy, &old, &new, enough, out);
+                    decided = true;
+                    break;
+                }
+            }
+            if !decided {
+                waiting.push(d);
+            }
+        }
+        track.pending = waiting;
+        track.checked = track.checked.max(last);
+        Ok(())
+    }
+
+    /// (old, new) counts of deploy `d` decided at `decided`: the old version's in the matched
     /// minutes `[deployed − baseline, decided]`, the new version's in `[deployed, decided]`.
-    #[allow(clippy::too_many_arguments)]
     fn sides(
         &self,
         ctx: &Context<'_>,
         p: u32,
         service: &str,
-        old_version: &str,
-        new_version: &str,
-        deployed: i64,
+        d: &Pending,
         decided: i64,
     ) -> OpResult<(Counts, Counts)> {
+        let (old_version, new_version, deployed) = (&d.old, &d.new, d.deployed);
         let (mut old, mut new) = (Counts::default(), Counts::default());
         let from = Self::minute_key(service, deployed - self.spec.baseline_minutes, "");
         let to = Self::minute_key(service, decided + 1, "");
@@ -1270,6 +1383,107 @@ mod tests {
             assert_eq!(v.1, (m0 + 40, m0 + 40 + DEFAULTS.max_wait_minutes));
             assert_eq!(v.5, "insufficient_traffic");
         }
+    }
+
+    /// Requests of `service` every second of `minutes` (relative to T0's minute), at
+    /// `version(minute)`, each with the clock of the one before.
+    fn steady(
+        service: &str,
+        minutes: impl Iterator<Item = i64>,
+        version: impl Fn(i64) -> &'static str,
+    ) -> Vec<Request> {
+        let m0 = T0.div_euclid(MINUTE);
+        let mut out = Vec::new();
+        for m in minutes {
+            for s in 0..60 {
+                let t = (m0 + m) * MINUTE + s * S;
+                out.push((
+                    t,
+                    service.into(),
+                    version(m).into(),
+                    0,
+                    10_000_000,
+                    Some(t - S),
+                ));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_deploy_is_decided_at_its_horizon_without_requests_then() {
+        // Deployed at minute 40; no requests in minute 49 (its horizon) nor after 52.
+        let rows = steady("api", (0..53).filter(|m| *m != 49), |m| {
+            if m >= 40 { "2" } else { "1" }
+        });
+        // And a service that goes quiet right after its deploy: insufficient after max_wait.
+        let mut quiet = steady("quiet", 0..41, |m| if m >= 40 { "b" } else { "a" });
+        let mut all = rows;
+        all.append(&mut quiet);
+        all.sort_by_key(|r| r.0);
+        let (out, _) = run(&all, 250, false);
+        let m0 = T0.div_euclid(MINUTE);
+        let decided = |service: &str| -> Vec<((i64, i64), String)> {
+            out.iter()
+                .filter(|v| v.0.0 == service)
+                .map(|v| (v.1, v.5.clone()))
+                .collect()
+        };
+        assert_eq!(
+            decided("api"),
+            vec![((m0 + 40, m0 + 50), "ok".to_string()); 2],
+            "{out:?}"
+        );
+        let max_wait = DEFAULTS.max_wait_minutes;
+        assert_eq!(
+            decided("quiet"),
+            vec![
+                (
+                    (m0 + 40, m0 + 40 + max_wait),
+                    "insufficient_traffic".to_string()
+                );
+                2
+            ],
+            "{out:?}"
+        );
+        // Restored halfway and batched otherwise: the same.
+        assert_eq!(run(&all, 777, true).0, out);
+    }
+
+    #[test]
+    fn a_hotfix_during_a_pending_deploy_is_judged_against_it() {
+        // 2.0 at minute 40, hotfix 2.1 at minute 44 (2.0 served 240 requests: enough).
+        let rows = steady("api", 0..60, |m| match m {
+            ..40 => "1.0",
+            40..44 => "2.0",
+            _ => "2.1",
+        });
+        let (out, _) = run(&rows, 500, false);
+        let m0 = T0.div_euclid(MINUTE);
+        type Decided = ((i64, i64), (String, String), (i64, i64));
+        let deploys: Vec<Decided> = out
+            .iter()
+            .filter(|v| v.0.1 == "error_rate")
+            .map(|v| (v.1, v.2.clone(), v.3))
+            .collect();
+        assert_eq!(
+            deploys,
+            vec![
+                // 2.0's four minutes against 1.0's thirty before.
+                (
+                    (m0 + 40, m0 + 50),
+                    ("1.0".into(), "2.0".into()),
+                    (30 * 60, 4 * 60)
+                ),
+                // 2.1's ten against 2.0's four.
+                (
+                    (m0 + 44, m0 + 54),
+                    ("2.0".into(), "2.1".into()),
+                    (4 * 60, 10 * 60)
+                ),
+            ],
+            "{out:?}"
+        );
     }
 
     #[test]
