@@ -104,13 +104,18 @@ async fn compaction_rounds_racing_a_writer_lose_and_resurrect_nothing() {
     let h = Harness::start(&backends()[0]).await;
     let client = support::client(&h, &h.catalog.uri()).await;
     let (ident, _) = create_table(&client, "compact", "race").await;
-    // The writer: checkpoints that append new keys and upsert and delete older ones by key.
+    // The writer: checkpoints that append new keys and upsert and delete older ones by key —
+    // at least 40, and on until two compaction rounds raced it (a loaded machine slows the
+    // rounds, not the writer).
+    let rounds = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let writer = {
         let client = support::client(&h, &h.catalog.uri()).await;
         let ident = ident.clone();
+        let rounds = rounds.clone();
         tokio::spawn(async move {
             let mut model = std::collections::BTreeMap::new();
-            for checkpoint in 1..=40u64 {
+            let raced = || rounds.load(std::sync::atomic::Ordering::SeqCst) >= 2;
+            for checkpoint in (1..=400u64).take_while(|c| *c <= 40 || !raced()) {
                 let table = client.load_table(&ident).await.unwrap();
                 let base = checkpoint as i64 * 10;
                 let amount = checkpoint as f64;
@@ -142,21 +147,21 @@ async fn compaction_rounds_racing_a_writer_lose_and_resurrect_nothing() {
         min_input_files: 3,
         ..CompactionSettings::default()
     };
-    let mut rounds = 0;
     while !writer.is_finished() {
         let table = client.load_table(&ident).await.unwrap();
         if let Some(plan) = plan_compaction(&table, &settings).await.unwrap() {
             let report = compact(&client, &ident, &plan, &settings, &|_| {})
                 .await
                 .unwrap();
-            eprintln!("compaction round {rounds}: {report:?}");
-            rounds += 1;
+            let round = rounds.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            eprintln!("compaction round {round}: {report:?}");
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let model = writer.await.unwrap();
     let expected: Vec<(i64, f64)> = model.into_iter().collect();
     let table = client.load_table(&ident).await.unwrap();
+    let rounds = rounds.load(std::sync::atomic::Ordering::SeqCst);
     assert!(rounds >= 2, "compaction ran only {rounds} rounds");
     check(&table, false, &expected, "after racing compactions").await;
     h.catalog.stop().await.unwrap();
