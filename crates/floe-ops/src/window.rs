@@ -1052,12 +1052,22 @@ impl Window {
             .get(&p)
             .map_or(i64::MIN, |part| part.watermark(self.spec.out_of_orderness));
         let mut out = Vec::new();
+        // No timer is earlier than the partition's known next one (registering lowers it).
+        let mut floor = self
+            .parts
+            .get(&p)
+            .and_then(|part| part.next_timer)
+            .unwrap_or(i64::MIN);
         // A firing registers the purge timer, which may be due at once (no lateness).
         loop {
-            let due = EVENT_TIME.take_due(ctx, p, wm)?;
+            let due = EVENT_TIME.take_due(ctx, p, floor, wm)?;
             if due.is_empty() {
                 break;
             }
+            // The next scan starts at the latest time taken, or lower at a timer registered
+            // on the way (a purge timer may be earlier than another key's firing).
+            let mut registered = i64::MAX;
+            floor = due.last().map_or(floor, |(at, _)| *at);
             for (at, key) in due {
                 let mut sessions = self.load_sessions(ctx, p, &key)?;
                 let mut purged = 0;
@@ -1077,13 +1087,15 @@ impl Window {
                 });
                 for timer in timers {
                     EVENT_TIME.register(ctx, p, timer, &key)?;
+                    registered = registered.min(timer);
                 }
                 self.store_sessions(ctx, p, &key, &sessions)?;
                 let part = self.parts.entry(p).or_default();
                 part.sessions = part.sessions.saturating_sub(purged);
             }
+            floor = floor.min(registered);
         }
-        let next = EVENT_TIME.next(ctx, p)?;
+        let next = EVENT_TIME.next(ctx, p, floor)?;
         self.parts.entry(p).or_default().next_timer = next;
         Ok(out)
     }
@@ -1231,7 +1243,7 @@ impl Operator for Window {
                 .insert(unsortable(&k[1..9]), v.first() == Some(&1));
             ControlFlow::Continue(())
         })?;
-        part.next_timer = EVENT_TIME.next(ctx, partition)?;
+        part.next_timer = EVENT_TIME.next(ctx, partition, i64::MIN)?;
         ctx.scan(partition, &[0x02], Some(&[0x03]), |_, _| {
             part.sessions += 1;
             ControlFlow::Continue(())
