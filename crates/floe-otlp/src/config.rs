@@ -4,7 +4,7 @@
 //! ```toml
 //! [source.generator]
 //! requests_per_second = 2000   # traces of five spans and five logs each
-//! duration = "20s"             # stop after this long (default: run until stopped)
+//! duration = "20s"             # make duration × rate requests, then stop (default: run on)
 //! seed = 42
 //! speed = 60                   # event time runs 60 × wall time, ending now (default: 1, from now)
 //! # a new version of one service, `at` into the event time, with more errors and slower
@@ -72,7 +72,7 @@ pub struct DeployConfig {
 pub struct GeneratorConfig {
     /// Requests per second.
     pub requests_per_second: u64,
-    /// Stop after this long (`None`: until stopped).
+    /// Make this long of requests at the rate, then stop (`None`: until stopped).
     pub duration: Option<Duration>,
     /// Seed of the data.
     pub seed: u64,

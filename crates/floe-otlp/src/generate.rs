@@ -771,18 +771,21 @@ pub fn profiles_json(protobuf: &[u8]) -> Vec<u8> {
 }
 
 /// The generator as a [`floe_core::Source`]: records on `otlp_spans/0`, `otlp_logs/0` and
-/// `otlp_metrics/0`, paced at `requests_per_second`, for `duration` if given. Event time runs
-/// `speed` times faster than the wall clock, and ends about now: it starts `(speed − 1) ×
+/// `otlp_metrics/0`, paced at `requests_per_second`; with a `duration`, exactly `duration ×
+/// requests_per_second` requests (taking longer when polled slower). Event time follows the
+/// request count at `speed` times the rate, and ends about now: it starts `(speed − 1) ×
 /// duration` back. Offsets count records per topic; seeking continues the count (with fresh
 /// data) so a restarted quickstart appends rather than repeats.
 #[derive(Debug)]
 pub struct GeneratorSource {
     generator: Generator,
     config: crate::config::GeneratorConfig,
-    ends: Option<std::time::Instant>,
+    /// Requests a bounded run makes in all: `duration × requests_per_second`.
+    total: Option<u64>,
     started: std::time::Instant,
     requests_sent: u64,
-    last_metrics: std::time::Instant,
+    /// Metric records sent: one per `requests_per_second` requests.
+    metric_ticks: u64,
     offsets: [i64; 3],
 }
 
@@ -796,11 +799,13 @@ impl GeneratorSource {
         config.requests_per_second = config.requests_per_second.max(1);
         Self {
             generator: fresh(&config, config.seed),
-            ends: config.duration.map(|d| now + d),
+            total: config
+                .duration
+                .map(|d| (d.as_secs_f64() * config.requests_per_second as f64) as u64),
             config,
             started: now,
             requests_sent: 0,
-            last_metrics: now,
+            metric_ticks: 0,
             offsets: [0; 3],
         }
     }
@@ -854,15 +859,20 @@ impl floe_core::Source for GeneratorSource {
         timeout: std::time::Duration,
     ) -> Result<floe_core::Polled, floe_core::SourceError> {
         let now = std::time::Instant::now();
-        if self.ends.is_some_and(|end| now >= end) {
+        let rps = self.config.requests_per_second;
+        if self.total.is_some_and(|total| self.requests_sent >= total) {
             return Ok(floe_core::Polled::Finished);
         }
-        // Requests due by now at the configured rate, in records of at most 100 requests.
-        let due = (now.duration_since(self.started).as_secs_f64()
-            * self.config.requests_per_second as f64) as u64;
+        // Requests due by now at the configured rate, in records of at most 100 requests. A
+        // bounded run makes all its requests however slowly it is polled: event time follows
+        // the count, so the run always covers `duration × speed` of event time.
+        let mut due = (now.duration_since(self.started).as_secs_f64() * rps as f64) as u64;
+        if let Some(total) = self.total {
+            due = due.min(total);
+        }
         let mut pending = due.saturating_sub(self.requests_sent);
         let mut bytes = 0;
-        while pending > 0 && out.len() + 3 <= limit.records && bytes < limit.bytes {
+        while pending > 0 && out.len() + 4 <= limit.records && bytes < limit.bytes {
             let n = pending.min(100);
             let [traces, logs] = self.generator.requests(n as usize);
             bytes += traces.bytes.len() + logs.bytes.len();
@@ -870,11 +880,12 @@ impl floe_core::Source for GeneratorSource {
             self.emit(out, 1, logs.bytes);
             self.requests_sent += n;
             pending -= n;
-        }
-        if now.duration_since(self.last_metrics) >= std::time::Duration::from_secs(1) {
-            self.last_metrics = now;
-            let metrics = self.generator.metrics();
-            self.emit(out, 2, metrics.bytes);
+            // Metrics once per second of requests (by count, like event time).
+            if self.requests_sent / rps > self.metric_ticks {
+                self.metric_ticks = self.requests_sent / rps;
+                let metrics = self.generator.metrics();
+                self.emit(out, 2, metrics.bytes);
+            }
         }
         if out.is_empty() {
             tokio::time::sleep(timeout.min(std::time::Duration::from_millis(20))).await;
