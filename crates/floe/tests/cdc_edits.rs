@@ -375,7 +375,11 @@ async fn a_table_added_to_a_running_job_is_copied_while_the_stream_flows_and_the
         &f.dir,
         db,
         &f.catalog.uri(),
-        "tables = [\"public.scratch\"]\nreplica_identity_full = true",
+        // Small chunks, spaced: the copy runs at most 10,000 rows per 50 ms (200,000 rows/s)
+        // however fast the machine, so the freshness probes and the kills below all land
+        // while it runs.
+        "tables = [\"public.scratch\"]\nreplica_identity_full = true\n\
+         snapshot_chunk_rows = 10000\nsnapshot_chunk_delay = \"50ms\"",
     );
     // Two-second checkpoints: freshness is measured against two of them.
     let interval = Duration::from_secs(2);

@@ -80,7 +80,8 @@ fn bad_cdc_job_files_are_refused_with_their_place() {
     std::fs::write(
         &pg,
         "version = 1\nname = \"x\"\n[source.postgres]\nport = 70000\nssl_mode = \"maybe\"\n\
-         slot = \"Bad-Slot\"\nsnapshot_parallelism = 0\n[catalog]\nuri = \"http://x\"\n\
+         slot = \"Bad-Slot\"\nsnapshot_parallelism = 0\nsnapshot_chunk_rows = 0\n\
+         snapshot_chunk_delay = \"soon\"\n[catalog]\nuri = \"http://x\"\n\
          [tables.orders]\n",
     )
     .unwrap();
@@ -99,7 +100,12 @@ fn bad_cdc_job_files_are_refused_with_their_place() {
         format!("{}:5:12: ssl_mode is one of", pg.display()),
         format!("{}:6:8: a replication slot name is", pg.display()),
         format!("{}:7:24: snapshot_parallelism is 1 to 64", pg.display()),
-        format!("{}:10:9: a CDC table is named `schema.table`", pg.display()),
+        format!(
+            "{}:8:23: snapshot_chunk_rows is 1 to 10000000",
+            pg.display()
+        ),
+        format!("{}:9:24: ", pg.display()),
+        format!("{}:12:9: a CDC table is named `schema.table`", pg.display()),
         format!(
             "{}:4:10: format \"debezium-json\" needs `topics`",
             dbz.display()

@@ -47,9 +47,6 @@ use super::{BACKFILL, PostgresSource, TABLES, err};
 use crate::copy::CopyTable;
 use crate::pgoutput::Tuple;
 
-/// Rows per chunk.
-pub(super) const CHUNK_ROWS: usize = 200_000;
-
 /// The logical message prefix of the high watermarks.
 pub(super) const WATERMARK_PREFIX: &str = "floe.watermark";
 
@@ -145,6 +142,8 @@ pub(super) struct Backfill {
     /// Rows the table has by the planner's count (for the ETA).
     pub(super) estimate: u64,
     began: Instant,
+    /// When the last chunk was taken (`snapshot_chunk_delay` counts from it).
+    taken_at: Option<Instant>,
 }
 
 impl Backfill {
@@ -163,6 +162,7 @@ impl Backfill {
             chunks: 0,
             estimate: 0,
             began: Instant::now(),
+            taken_at: None,
         }
     }
 
@@ -290,13 +290,27 @@ impl PostgresSource {
         self.tables.iter().position(|t| t.is(qualified))
     }
 
+    /// How long until `snapshot_chunk_delay` lets the next chunk be taken (zero: now, or
+    /// no chunk is waiting for it). The stream reads no longer than this at a time.
+    pub(super) fn chunk_due_in(&self) -> std::time::Duration {
+        let delay = self.config.snapshot_chunk_delay;
+        match self.backfills.first() {
+            Some(b) if !delay.is_zero() && b.open.is_none() && !b.done => {
+                b.taken_at.map_or(std::time::Duration::ZERO, |at| {
+                    delay.saturating_sub(at.elapsed())
+                })
+            }
+            _ => std::time::Duration::ZERO,
+        }
+    }
+
     /// Takes the next chunk of the first pending table, unless one is waiting for its
     /// watermark. Called between transactions of the stream.
     pub(super) async fn next_chunk(&mut self) -> Result<(), SourceError> {
         let Some(backfill) = self.backfills.first() else {
             return Ok(());
         };
-        if backfill.open.is_some() || backfill.done {
+        if backfill.open.is_some() || backfill.done || !self.chunk_due_in().is_zero() {
             return Ok(());
         }
         let Some(index) = self.table_index(&backfill.table) else {
@@ -365,7 +379,7 @@ impl PostgresSource {
                         columns.join(", "),
                         table.quoted(),
                         order.join(", "),
-                        CHUNK_ROWS - 1
+                        self.config.snapshot_chunk_rows - 1
                     ),
                     &[],
                 )
@@ -410,6 +424,7 @@ impl PostgresSource {
         let rows = rows?;
         let snapshot = XidSnapshot::parse(&snapshot).map_err(SourceError::internal)?;
         let backfill = &mut self.backfills[0];
+        backfill.taken_at = Some(Instant::now());
         // A transaction that touched the table before the chunk was taken but is not in its
         // snapshot would be overwritten by the chunk's older rows: take the chunk again.
         if backfill.touched.iter().any(|xid| !snapshot.sees(*xid)) {

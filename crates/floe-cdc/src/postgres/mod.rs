@@ -365,6 +365,13 @@ impl Reader for PostgresSource {
                 if self.in_transaction.is_none() {
                     self.next_chunk().await?;
                 }
+                // A chunk held back by `snapshot_chunk_delay` is taken when it is due.
+                let due = self.chunk_due_in();
+                let timeout = if due.is_zero() {
+                    timeout
+                } else {
+                    timeout.min(due)
+                };
                 self.read_stream(timeout).await?;
                 self.settle_backfill().await?;
                 Ok(Polled::Records)
