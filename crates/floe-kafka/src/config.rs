@@ -9,11 +9,12 @@
 //! start = "earliest"
 //! format = "otlp"
 //! signals = { my_spans = "traces" }
+//! team_attribute = "team"
 //! properties = { "security.protocol" = "SASL_SSL" }
 //! ```
 //!
-//! `format` and `signals` say what the records hold; the job checks them with the format
-//! they name (this crate only carries them).
+//! `format`, `signals` and `team_attribute` say what the records hold; the job checks them
+//! with the format they name (this crate only carries them).
 
 use std::collections::BTreeMap;
 
@@ -46,6 +47,9 @@ pub struct RawKafka {
     /// Collector's.
     #[serde(default)]
     pub signals: BTreeMap<String, Text>,
+    /// For `otlp`: the resource attribute the tables' `team` column holds (default `team`;
+    /// e.g. `k8s.namespace.name`).
+    pub team_attribute: Option<Text>,
     /// librdkafka properties passed through as given (security, timeouts, fetch sizes).
     #[serde(default)]
     pub properties: BTreeMap<String, Text>,

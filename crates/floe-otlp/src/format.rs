@@ -39,6 +39,12 @@ impl OtlpFormat {
         self
     }
 
+    /// The `team` column holds resource attribute `name` (default `team`).
+    pub fn team_attribute(mut self, name: impl Into<String>) -> Self {
+        self.builders = std::mem::take(&mut self.builders).with_team_attribute(name);
+        self
+    }
+
     fn signal(&self, topic: &str) -> Option<Signal> {
         self.signals
             .get(topic)

@@ -25,7 +25,7 @@ pub mod schema;
 pub use decode::{DecodeError, Decoded, Signal, decode, decode_counted};
 pub use format::OtlpFormat;
 pub use generate::GeneratorSource;
-pub use rows::{Lineage, TableBuilders};
+pub use rows::{DEFAULT_TEAM_ATTRIBUTE, Lineage, TableBuilders};
 pub use schema::OtlpTable;
 
 impl TableBuilders {
@@ -43,6 +43,7 @@ impl TableBuilders {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow_array::Array;
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
 
@@ -82,6 +83,53 @@ mod tests {
         let roots = spans.column_by_name("is_root").unwrap().as_boolean();
         assert_eq!(roots.true_count(), 20, "one root per request");
         assert_eq!(builders.rows(), 0);
+    }
+
+    #[test]
+    fn the_team_column_holds_the_configured_resource_attribute() {
+        let from = Lineage {
+            topic: "t",
+            partition: 0,
+            offset: 0,
+            ingested_at_us: 1,
+        };
+        let teams = |builders: TableBuilders| {
+            let mut builders = builders;
+            let mut generator = generate::Generator::new(3, 1_700_000_000_000_000_000);
+            let [traces, logs] = generator.requests(4);
+            for record in [traces, logs] {
+                let decoded = decode(record.signal, &record.bytes).unwrap();
+                builders.append(&decoded, &from);
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for (_, batch) in builders.finish() {
+                let team = batch.column_by_name("team").unwrap().as_string::<i32>();
+                let service = batch
+                    .column_by_name("service_name")
+                    .unwrap()
+                    .as_string::<i32>();
+                for row in 0..batch.num_rows() {
+                    let team = team.is_valid(row).then(|| team.value(row).to_string());
+                    seen.insert((team, service.value(row).to_string()));
+                }
+            }
+            seen
+        };
+        let default = teams(TableBuilders::new());
+        assert!(default.len() > 1, "{default:?}");
+        assert!(
+            default
+                .iter()
+                .all(|(t, _)| t.as_deref() == Some("shop-core")),
+            "{default:?}"
+        );
+        let by_service = teams(TableBuilders::new().with_team_attribute("service.name"));
+        assert!(
+            by_service.iter().all(|(t, s)| t.as_deref() == Some(s)),
+            "a promoted attribute can be the team too: {by_service:?}"
+        );
+        let absent = teams(TableBuilders::new().with_team_attribute("k8s.namespace.name"));
+        assert!(absent.iter().all(|(t, _)| t.is_none()), "{absent:?}");
     }
 
     #[test]

@@ -240,6 +240,8 @@ fn resource_columns() -> Vec<Col> {
         opt("deployment_environment", T::Str),
         // The deploy: every rollup can group by it (`service.version`).
         opt("service_version", T::Str),
+        // The owning team: the resource attribute the format's `team_attribute` names.
+        opt("team", T::Str),
         opt("resource_attributes", T::StrMap),
         opt("resource_schema_url", T::Str),
         opt("resource_dropped_attributes_count", T::Int),

@@ -235,8 +235,11 @@ async fn run(
                 let reader = RecordReader::new(kafka, source::debezium(&config), bytes);
                 drive(config, client, reader, metrics, &options, shutdown).await?
             }
-            KafkaFormat::Otlp(signals) => {
-                let format = OtlpFormat::new(signals);
+            KafkaFormat::Otlp {
+                signals,
+                team_attribute,
+            } => {
+                let format = OtlpFormat::new(signals).team_attribute(team_attribute);
                 let exchanges =
                     exchange::exchanges(&config.name, &config.pipeline, &format.streams());
                 if exchanges.is_empty() {

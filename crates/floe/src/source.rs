@@ -32,8 +32,13 @@ pub(crate) struct RawSource {
 /// What Kafka records hold.
 #[derive(Debug, Clone)]
 pub(crate) enum KafkaFormat {
-    /// OpenTelemetry (protobuf or JSON), with topic → signal overrides.
-    Otlp(HashMap<String, Signal>),
+    /// OpenTelemetry (protobuf or JSON).
+    Otlp {
+        /// Topic → signal overrides.
+        signals: HashMap<String, Signal>,
+        /// The resource attribute of the `team` column.
+        team_attribute: String,
+    },
     /// Debezium change events (JSON).
     DebeziumJson,
 }
@@ -56,8 +61,29 @@ fn kafka_format(raw: &RawKafka, c: &mut Checker<'_>) -> KafkaFormat {
         &[("otlp", false), ("debezium-json", true)],
         false,
     );
+    let team_attribute = raw.team_attribute.as_ref().map(|t| (t.span(), c.text(t)));
     if !debezium {
-        return KafkaFormat::Otlp(check_signals(&raw.signals, c));
+        let team_attribute = match team_attribute {
+            Some((at, name)) if name.trim().is_empty() => {
+                c.problem(
+                    Some(at),
+                    "team_attribute names a resource attribute (default \"team\")",
+                );
+                name
+            }
+            Some((_, name)) => name,
+            None => floe_otlp::DEFAULT_TEAM_ATTRIBUTE.to_string(),
+        };
+        return KafkaFormat::Otlp {
+            signals: check_signals(&raw.signals, c),
+            team_attribute,
+        };
+    }
+    if let Some((at, _)) = team_attribute {
+        c.problem(
+            Some(at),
+            "team_attribute is a setting of format \"otlp\" (the OTLP tables' team column)",
+        );
     }
     if raw.topics.is_none() {
         let at = raw.format.as_ref().map(Text::span);
@@ -93,7 +119,7 @@ impl SourceSection for RawSource {
 
     fn streams(config: &SourceConfig) -> Streams {
         match config {
-            SourceConfig::Kafka(_, KafkaFormat::Otlp(signals)) => {
+            SourceConfig::Kafka(_, KafkaFormat::Otlp { signals, .. }) => {
                 Streams::Known(OtlpFormat::new(signals.clone()).streams())
             }
             SourceConfig::Generator(_) => {
@@ -106,7 +132,7 @@ impl SourceSection for RawSource {
     }
 
     fn carries_exchanges(config: &SourceConfig) -> bool {
-        matches!(config, SourceConfig::Kafka(_, KafkaFormat::Otlp(_)))
+        matches!(config, SourceConfig::Kafka(_, KafkaFormat::Otlp { .. }))
     }
 }
 
@@ -159,6 +185,29 @@ mod tests {
             "key = [\"service_name\"]\n",
         );
         assert!(generator.contains("needs [source.kafka]"), "{generator}");
+    }
+
+    #[test]
+    fn the_team_attribute_is_checked_with_its_place() {
+        let named =
+            "[source.kafka]\ntopics = [\"otlp_spans\"]\nteam_attribute = \"k8s.namespace.name\"";
+        assert_eq!(problems(named, "key = [\"service_name\"]\n"), "");
+        let empty = problems(
+            "[source.kafka]\ntopics = [\"otlp_spans\"]\nteam_attribute = \" \"",
+            "key = [\"service_name\"]\n",
+        );
+        assert!(
+            empty.contains(":7:18") && empty.contains("names a resource attribute"),
+            "{empty}"
+        );
+        let debezium = problems(
+            "[source.kafka]\ntopics = [\"db.public.t\"]\nformat = \"debezium-json\"\nteam_attribute = \"team\"",
+            "key = [\"service_name\"]\n",
+        );
+        assert!(
+            debezium.contains(":8:18") && debezium.contains("a setting of format \"otlp\""),
+            "{debezium}"
+        );
     }
 
     /// A job with a select, an exchange by service and an slo operator, then `slos`.

@@ -241,7 +241,7 @@ async fn an_existing_table_gains_the_new_columns() {
             NestedField::optional(2, "body", Type::Primitive(PrimitiveType::String)).into(),
             NestedField::optional(3, "severity_text", Type::Primitive(PrimitiveType::String))
                 .into(),
-            NestedField::optional(4, "team", Type::Primitive(PrimitiveType::String)).into(),
+            NestedField::optional(4, "note", Type::Primitive(PrimitiveType::String)).into(),
         ])
         .build()
         .unwrap();
@@ -282,6 +282,8 @@ async fn an_existing_table_gains_the_new_columns() {
     for column in [
         "ts",
         "body",
+        "note",
+        "service_version",
         "team",
         "log_attributes",
         "trace_id",

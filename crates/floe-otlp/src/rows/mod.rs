@@ -159,10 +159,12 @@ struct Promoted {
     service_instance_id: Option<String>,
     deployment_environment: Option<String>,
     service_version: Option<String>,
+    team: Option<String>,
 }
 
 impl Promoted {
-    fn of(resource: Option<&Resource>) -> Self {
+    /// The promoted columns of `resource`; `team` names the attribute of the `team` column.
+    fn of(resource: Option<&Resource>, team: &str) -> Self {
         let mut found: BTreeMap<&str, String> = BTreeMap::new();
         for kv in resource
             .map(|r| r.attributes.as_slice())
@@ -172,7 +174,10 @@ impl Promoted {
                 found.insert(kv.key.as_str(), any_to_string(value));
             }
         }
+        // Looked up before the removals: the team may be any attribute, even a promoted one.
+        let team = found.get(team).cloned();
         Self {
+            team,
             service_name: Some(
                 found
                     .remove("service.name")
@@ -195,6 +200,7 @@ impl Context<'_> {
         row.str(self.promoted.service_instance_id.as_deref());
         row.str(self.promoted.deployment_environment.as_deref());
         row.str(self.promoted.service_version.as_deref());
+        row.str(self.promoted.team.as_deref());
         row.attributes(
             self.resource
                 .map(|r| r.attributes.as_slice())
@@ -222,9 +228,13 @@ fn lineage<S: Slots>(row: &mut Row<'_, S>, from: &Lineage<'_>, item: i32) {
         .append_value(from.ingested_at_us);
 }
 
+/// The resource attribute the `team` column holds unless the job names another.
+pub const DEFAULT_TEAM_ATTRIBUTE: &str = "team";
+
 /// Arrow builders for every OTLP table; append decoded requests, then [`Self::finish`].
 pub struct TableBuilders {
     tables: Vec<(OtlpTable, TableColumns)>,
+    team_attribute: String,
 }
 
 impl std::fmt::Debug for TableBuilders {
@@ -249,11 +259,24 @@ impl TableBuilders {
                 .iter()
                 .map(|t| (*t, TableColumns::new(t.arrow_schema())))
                 .collect(),
+            team_attribute: DEFAULT_TEAM_ATTRIBUTE.into(),
         }
     }
 
+    /// The `team` column holds the resource attribute `name` (default
+    /// [`DEFAULT_TEAM_ATTRIBUTE`]).
+    pub fn with_team_attribute(mut self, name: impl Into<String>) -> Self {
+        self.team_attribute = name.into();
+        self
+    }
+
     fn columns(&mut self, table: OtlpTable) -> &mut TableColumns {
-        &mut self.tables[table as usize].1
+        self.columns_and_team(table).0
+    }
+
+    /// A table's builders and the team attribute, borrowed together.
+    fn columns_and_team(&mut self, table: OtlpTable) -> (&mut TableColumns, &str) {
+        (&mut self.tables[table as usize].1, &self.team_attribute)
     }
 
     /// Rows appended since the last [`Self::finish`], over all tables.
@@ -277,10 +300,10 @@ impl TableBuilders {
 
     /// Appends every span; returns how many.
     pub fn append_traces(&mut self, data: &TracesData, from: &Lineage<'_>) -> usize {
-        let columns = self.columns(OtlpTable::Spans);
+        let (columns, team) = self.columns_and_team(OtlpTable::Spans);
         let mut item = 0;
         for rs in &data.resource_spans {
-            let promoted = Promoted::of(rs.resource.as_ref());
+            let promoted = Promoted::of(rs.resource.as_ref(), team);
             for ss in &rs.scope_spans {
                 let context = Context {
                     resource: rs.resource.as_ref(),
@@ -340,10 +363,10 @@ impl TableBuilders {
 
     /// Appends every log record; returns how many.
     pub fn append_logs(&mut self, data: &LogsData, from: &Lineage<'_>) -> usize {
-        let columns = self.columns(OtlpTable::Logs);
+        let (columns, team) = self.columns_and_team(OtlpTable::Logs);
         let mut item = 0;
         for rl in &data.resource_logs {
-            let promoted = Promoted::of(rl.resource.as_ref());
+            let promoted = Promoted::of(rl.resource.as_ref(), team);
             for sl in &rl.scope_logs {
                 let context = Context {
                     resource: rl.resource.as_ref(),
@@ -386,7 +409,7 @@ impl TableBuilders {
     pub fn append_metrics(&mut self, data: &MetricsData, from: &Lineage<'_>) -> usize {
         let mut item = 0;
         for rm in &data.resource_metrics {
-            let promoted = Promoted::of(rm.resource.as_ref());
+            let promoted = Promoted::of(rm.resource.as_ref(), &self.team_attribute);
             for sm in &rm.scope_metrics {
                 let context = Context {
                     resource: rm.resource.as_ref(),

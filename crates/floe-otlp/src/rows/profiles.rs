@@ -11,7 +11,7 @@ impl TableBuilders {
     /// Appends every sample of every profile; returns how many.
     pub fn append_profiles(&mut self, data: &ProfilesData, from: &Lineage<'_>) -> usize {
         let d = Dictionary::of(data);
-        let columns = self.columns(OtlpTable::Profiles);
+        let (columns, team) = self.columns_and_team(OtlpTable::Profiles);
         let mut item = 0;
         let mut frames: Vec<Frame<'_>> = Vec::new();
         let type_of = |t: Option<&ValueType>| {
@@ -20,7 +20,7 @@ impl TableBuilders {
             })
         };
         for rp in &data.resource_profiles {
-            let promoted = Promoted::of(rp.resource.as_ref());
+            let promoted = Promoted::of(rp.resource.as_ref(), team);
             for sp in &rp.scope_profiles {
                 let context = Context {
                     resource: rp.resource.as_ref(),
