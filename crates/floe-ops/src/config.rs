@@ -58,6 +58,15 @@
 //! #   error_column = "error", duration_column = "duration_ns"
 //! regression = { baseline = "30m", after = "10m", max_wait = "1h", min_requests = 200, alpha = 0.001, min_error_increase = 0.005, quantile = 0.99, latency_effect = 1.2 }
 //!
+//! [[operators]]
+//! id = "service_edges"
+//! kind = "edges"                # caller → callee per minute (floe_ops::edges)
+//! input = "by_trace"            # spans, exchanged by trace_id
+//! allowed_lateness = "1m"
+//! join_window = "5m"            # a child starts at most this long after its parent (default 5m)
+//! # columns (defaults): service_column = "service_name", error_column = "error",
+//! #   duration_column = "duration_ns"
+//!
 //! [[slos]]
 //! name = "checkout-availability"
 //! service = "checkout"
@@ -77,6 +86,7 @@ use toml::Spanned;
 
 use crate::Operator;
 use crate::aggregate::{Aggregate, parse_aggregate};
+use crate::edges::{Edges, EdgesSpec};
 use crate::regression::{DEFAULTS, Regression, RegressionSpec};
 use crate::slo::{Objective, Sli, Slo, SloSpec};
 use crate::sql::Sql;
@@ -145,7 +155,9 @@ pub struct RawOperator {
     pub retention: Option<Text>,
     /// `exchange`: copies of each partition (default: the brokers' default).
     pub replication: Option<Spanned<i64>>,
-    /// `slo`, `regression`: the column naming the service (default `service_name`).
+    /// `edges`: the longest a child span may start after its parent (default `5m`).
+    pub join_window: Option<Text>,
+    /// `slo`, `regression`, `edges`: the column naming the service (default `service_name`).
     pub service_column: Option<Text>,
     /// `regression`: the column naming the service's version (default `service_version`).
     pub version_column: Option<Text>,
@@ -234,6 +246,8 @@ pub enum OperatorKind {
     Slo(SloSpec),
     /// `regression`.
     Regression(RegressionSpec),
+    /// `edges`.
+    Edges(EdgesSpec),
     /// `exchange`: not an operator of the pipeline — its input's rows go to a topic, and the
     /// job's reader reads them back as its output stream (the runtime's `exchange` module).
     Exchange(ExchangeConfig),
@@ -278,7 +292,10 @@ impl OperatorConfig {
     pub fn stateful(&self) -> bool {
         matches!(
             self.kind,
-            OperatorKind::Window(_) | OperatorKind::Slo(_) | OperatorKind::Regression(_)
+            OperatorKind::Window(_)
+                | OperatorKind::Slo(_)
+                | OperatorKind::Regression(_)
+                | OperatorKind::Edges(_)
         )
     }
 
@@ -288,6 +305,7 @@ impl OperatorConfig {
             OperatorKind::Window(w) => Some(w.fingerprint()),
             OperatorKind::Slo(spec) => Some(spec.fingerprint()),
             OperatorKind::Regression(spec) => Some(spec.fingerprint()),
+            OperatorKind::Edges(spec) => Some(spec.fingerprint()),
             OperatorKind::Sql { .. } | OperatorKind::Exchange(_) => None,
         }
     }
@@ -305,6 +323,7 @@ impl OperatorConfig {
             OperatorKind::Window(spec) => Box::new(Window::new(spec.clone(), input)?),
             OperatorKind::Slo(spec) => Box::new(Slo::new(spec.clone(), input)?),
             OperatorKind::Regression(spec) => Box::new(Regression::new(spec.clone(), input)?),
+            OperatorKind::Edges(spec) => Box::new(Edges::new(spec.clone(), input)?),
             OperatorKind::Exchange(_) => {
                 return Err("an exchange is the reader's, not an operator of the pipeline".into());
             }
@@ -358,6 +377,15 @@ impl OperatorConfig {
                 r.quantile * 100.0,
                 r.latency_effect,
                 micros_text(r.allowed_lateness)
+            ),
+            OperatorKind::Edges(e) => format!(
+                "edges by {} on {}: caller → callee per minute, children at most {} after \
+                 their parent (out of order {}, lateness {})",
+                e.service_column,
+                e.time_column,
+                micros_text(e.join_window),
+                micros_text(e.out_of_orderness),
+                micros_text(e.allowed_lateness)
             ),
             OperatorKind::Window(w) => {
                 let shape = match w.kind {
@@ -449,7 +477,10 @@ pub fn check_pipeline(
         let Some(kind_value) = &raw.kind else {
             c.at(
                 id_value,
-                format!("operator {id} needs a `kind`: filter, select, window, exchange or slo"),
+                format!(
+                    "operator {id} needs a `kind`: filter, select, window, exchange, slo, \
+                     regression or edges"
+                ),
             );
             continue;
         };
@@ -460,15 +491,20 @@ pub fn check_pipeline(
         };
         let input = c.text(input_value);
         let output = c.opt(raw.output.as_ref()).unwrap_or_else(|| id.clone());
+        let article = if kind_name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
         let not_for = |c: &mut Checker<'_>, field: &str, present: bool| {
             if present {
                 c.at(
                     kind_value,
-                    format!("`{field}` is not a setting of a {kind_name} operator"),
+                    format!("`{field}` is not a setting of {article} {kind_name} operator"),
                 );
             }
         };
-        if kind_name != "slo" && kind_name != "regression" {
+        if !["slo", "regression", "edges"].contains(&kind_name.as_str()) {
             not_for(c, "service_column", raw.service_column.is_some());
             not_for(c, "error_column", raw.error_column.is_some());
             not_for(c, "duration_column", raw.duration_column.is_some());
@@ -479,6 +515,9 @@ pub fn check_pipeline(
         if kind_name != "regression" {
             not_for(c, "version_column", raw.version_column.is_some());
             not_for(c, "regression", raw.regression.is_some());
+        }
+        if kind_name != "edges" {
+            not_for(c, "join_window", raw.join_window.is_some());
         }
         if kind_name != "exchange" {
             not_for(c, "partitions", raw.partitions.is_some());
@@ -598,12 +637,39 @@ pub fn check_pipeline(
                     ..settings
                 })
             }
+            "edges" => {
+                not_for(c, "where", raw.predicate.is_some());
+                not_for(c, "columns", raw.columns.is_some());
+                not_for(c, "window", raw.window.is_some());
+                not_for(c, "key", raw.key.is_some());
+                not_for(c, "aggregates", !raw.aggregates.is_empty());
+                not_for(c, "late_output", raw.late_output.is_some());
+                let column = |c: &mut Checker<'_>, v: &Option<Text>, default: &str| {
+                    c.opt(v.as_ref()).unwrap_or_else(|| default.to_string())
+                };
+                OperatorKind::Edges(EdgesSpec {
+                    id: id.clone(),
+                    // Resolved against the input stream by `resolve_time`.
+                    time_column: c.opt(raw.time_column.as_ref()).unwrap_or_default(),
+                    out_of_orderness: 0,
+                    allowed_lateness: c
+                        .duration_or_zero(raw.allowed_lateness.as_ref(), Duration::ZERO)
+                        .as_micros() as i64,
+                    join_window: c
+                        .duration(raw.join_window.as_ref(), Duration::from_secs(300))
+                        .as_micros() as i64,
+                    service_column: column(c, &raw.service_column, "service_name"),
+                    error_column: column(c, &raw.error_column, "error"),
+                    duration_column: column(c, &raw.duration_column, "duration_ns"),
+                    output: output.clone(),
+                })
+            }
             other => {
                 c.at(
                     kind_value,
                     format!(
                         "there is no operator kind {other:?}; use filter, select, window, \
-                         exchange, slo or regression"
+                         exchange, slo, regression or edges"
                     ),
                 );
                 continue;
@@ -1233,6 +1299,7 @@ pub fn resolve_time(pipeline: &mut Pipeline, source: &[StreamSpec]) -> Vec<(Stri
             }
             OperatorKind::Slo(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             OperatorKind::Regression(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
+            OperatorKind::Edges(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             _ => continue,
         };
         *ooo = time.out_of_orderness.as_micros() as i64;

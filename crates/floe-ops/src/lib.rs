@@ -20,12 +20,14 @@
 //!
 //! Operators here: [`sql::Filter`] and [`sql::Select`] (DataFusion expressions, stateless),
 //! [`window::Window`] (tumbling, sliding and session windows over event time, with
-//! mergeable aggregates and allowed lateness) and [`slo::Slo`] (error budgets and burn-rate
-//! alerts per objective, on a window of its own).
+//! mergeable aggregates and allowed lateness), [`slo::Slo`] (error budgets and burn-rate
+//! alerts per objective, on a window of its own), [`regression::Regression`] (deploys judged
+//! against the version they replace) and [`edges::Edges`] (the service map).
 
 pub mod aggregate;
 pub mod codec;
 pub mod config;
+pub mod edges;
 mod minutes;
 pub mod regression;
 pub mod slo;

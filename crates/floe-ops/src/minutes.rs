@@ -44,10 +44,11 @@ pub(crate) fn require_exchange_by(
     match exchange_key(input) {
         Some(key) if key.iter().all(|k| allowed.contains(k)) => Ok(()),
         Some(key) => Err(format!(
-            "stream {} is exchanged by {}: {what} needs every request of its service in one \
+            "stream {} is exchanged by {}: {what} needs all rows of one {} in one \
              partition, so exchange by {} alone",
             input.name,
             key.join(", "),
+            allowed[0],
             allowed.join(" or by ")
         )),
         None if is_exchanged(input) => Err(format!(
@@ -56,9 +57,9 @@ pub(crate) fn require_exchange_by(
             input.name
         )),
         None => Err(format!(
-            "stream {} is not read back from an exchange: {what} needs every request of its \
-             service in one partition; put an exchange keyed by {} before it",
-            input.name, allowed[0]
+            "stream {} is not read back from an exchange: {what} needs all rows of one {} in \
+             one partition; put an exchange keyed by {} before it",
+            input.name, allowed[0], allowed[0]
         )),
     }
 }

@@ -18,6 +18,9 @@ pub struct Timers {
 pub const EVENT_TIME: Timers = Timers { namespace: 0xF0 };
 /// Processing-time timers of an operator (namespace `0xF1`).
 pub const PROCESSING_TIME: Timers = Timers { namespace: 0xF1 };
+/// Event-time timers that forget an operator's own entries, apart from [`EVENT_TIME`] so that
+/// an operator can hold them beside a window of its own (namespace `0xF2`).
+pub const EXPIRY: Timers = Timers { namespace: 0xF2 };
 
 impl Timers {
     fn key(&self, at: i64, tag: &[u8]) -> Vec<u8> {

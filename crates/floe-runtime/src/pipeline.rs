@@ -221,7 +221,10 @@ impl Pipeline {
                 }
                 // Another exchange has clocks of its own.
                 OperatorKind::Exchange(_) => continue,
-                OperatorKind::Window(_) | OperatorKind::Slo(_) | OperatorKind::Regression(_) => {}
+                OperatorKind::Window(_)
+                | OperatorKind::Slo(_)
+                | OperatorKind::Regression(_)
+                | OperatorKind::Edges(_) => {}
             }
             let Some(op) = self.operators[i].as_mut() else {
                 continue;

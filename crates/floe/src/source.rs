@@ -304,4 +304,51 @@ mod tests {
             "{wrong_key}"
         );
     }
+
+    /// A job with a select, an exchange keyed by `key` and an edges operator with `settings`.
+    fn edges_problems(key: &str, settings: &str) -> String {
+        let text = format!(
+            "{HEAD}{KAFKA}\n\
+             [[operators]]\nid = \"edge_spans\"\nkind = \"select\"\ninput = \"spans\"\n\
+             columns = [\"ts\", \"trace_id\", \"span_id\", \"parent_span_id\", \"service_name\", \
+             \"duration_ns\", \"CASE WHEN status_code = 'ERROR' THEN 1 ELSE 0 END AS error\", \
+             \"kafka_offset\", \"kafka_item\"]\n\
+             [[operators]]\nid = \"by_trace\"\nkind = \"exchange\"\ninput = \"edge_spans\"\nkey = [\"{key}\"]\n\
+             [[operators]]\nid = \"edges\"\nkind = \"edges\"\ninput = \"by_trace\"\n{settings}"
+        );
+        match JobConfig::from_toml::<RawSource>(None, &text) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn an_edges_operator_is_checked_with_its_place() {
+        assert_eq!(edges_problems("trace_id", ""), "");
+        assert_eq!(
+            edges_problems(
+                "trace_id",
+                "join_window = \"10m\"\nallowed_lateness = \"1m\"\n"
+            ),
+            ""
+        );
+        let window = edges_problems("trace_id", "join_window = \"0s\"\n");
+        assert!(window.contains(":21:15"), "{window}");
+        let misplaced = edges_problems("trace_id", "key = [\"service_name\"]\n");
+        assert!(
+            misplaced.contains("not a setting of an edges operator"),
+            "{misplaced}"
+        );
+        let by_service = edges_problems("service_name", "");
+        assert!(
+            by_service.contains("exchanged by service_name")
+                && by_service.contains("exchange by trace_id alone"),
+            "{by_service}"
+        );
+        let elsewhere = regression_problems("join_window = \"5m\"\n");
+        assert!(
+            elsewhere.contains("`join_window` is not a setting of a regression operator"),
+            "{elsewhere}"
+        );
+    }
 }

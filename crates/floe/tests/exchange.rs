@@ -21,8 +21,10 @@
 //! judged by their own source partition however the exchange interleaved them. Two SLOs read
 //! the exchange too (a `select` before it adds the error column): their per-minute good and total must be DuckDB's
 //! over the landed spans not in their late table; a deploy-regression operator must flag the
-//! generated bad `payments` deploy by both metrics. The window's, the SLOs', the verdicts and
-//! the late tables must be the same in every scenario.
+//! generated bad `payments` deploy by both metrics. A second exchange, by trace id, feeds a
+//! service-map operator, whose edges must be DuckDB's join of spans with their parents in
+//! another service, less at most the few the records sent back made late. The window's, the
+//! SLOs', the verdicts, the edges and the late tables must be the same in every scenario.
 //!
 //! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
 
@@ -85,12 +87,15 @@ struct Windowed {
     slo_late: (u64, i64),
     /// (rows, digest) of the deploy verdicts.
     deploys: (u64, i64),
+    /// (rows, digest) of the service edges, summed over partitions.
+    edges: (u64, i64),
 }
 
 struct Scenario {
     name: &'static str,
     topic: String,
     exchange_topic: String,
+    trace_topic: String,
     dir: PathBuf,
     produced: usize,
     ends: BTreeMap<i32, i64>,
@@ -132,6 +137,7 @@ impl Fixture {
         Scenario {
             name,
             exchange_topic: format!("xout-{}-{name}", self.run_id),
+            trace_topic: format!("xtrace-{}-{name}", self.run_id),
             topic,
             dir,
             produced: 0,
@@ -170,6 +176,11 @@ impl Fixture {
             log: &log,
         };
         support::wait_through_exchange(&self.client, &job).await;
+        let by_trace = support::ExchangeJob {
+            exchange: &s.trace_topic,
+            ..job
+        };
+        support::wait_through_exchange(&self.client, &by_trace).await;
     }
 
     fn consumer(&self) -> BaseConsumer {
@@ -313,13 +324,59 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINC
         );
         let (slo, slo_late) = self.check_slo(s, &spans).await;
         let deploys = self.check_deploys(s).await;
+        let edges = self.check_edges(s, &spans).await;
         Windowed {
             rows: (rows as u64, digest as i64),
             late: (late as u64, late_digest as i64),
             slo,
             slo_late,
             deploys,
+            edges,
         }
+    }
+
+    /// The service map behind the exchange by trace id: every edge is one of DuckDB's join of
+    /// the landed spans with their parents in another service, and all but those the records
+    /// sent back made late are there. Returns (rows, digest) of the summed partial rows.
+    async fn check_edges(&self, s: &Scenario, spans: &str) -> (u64, i64) {
+        let edges = self.location(s.name, "edges").await;
+        let out = python(&format!(
+            r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE spans AS SELECT * FROM iceberg_scan('{spans}')")
+con.sql("CREATE TABLE got AS SELECT epoch_us(window_start) AS start_us, caller_service, callee_service, sum(requests) AS n, sum(errors) AS e FROM iceberg_scan('{edges}') GROUP BY ALL")
+con.sql("""CREATE TABLE expected AS SELECT (epoch_us(c.ts) // 60000000) * 60000000 AS start_us,
+    p.service_name AS caller_service, c.service_name AS callee_service, count(*) AS n,
+    count(*) FILTER (WHERE c.status_code = 'ERROR') AS e
+  FROM spans c JOIN spans p ON c.trace_id = p.trace_id AND c.parent_span_id = p.span_id
+  WHERE c.service_name <> p.service_name GROUP BY ALL""")
+clock = con.sql("SELECT min(m) FROM (SELECT max(epoch_us(ts)) AS m FROM spans GROUP BY kafka_partition)").fetchone()[0]
+one = lambda q: con.sql(q).fetchone()[0]
+print(one("SELECT count(*) FROM got"),
+      one("SELECT count(*) FROM got LEFT JOIN expected USING (start_us, caller_service, callee_service) WHERE expected.n IS NULL OR got.n > expected.n OR got.e > expected.e"),
+      one("SELECT coalesce(sum(n), 0) FROM got"),
+      one(f"SELECT coalesce(sum(n), 0) FROM expected WHERE start_us + 60000000 <= {{clock}} - 1000000"),
+      one("SELECT coalesce(sum(hash(start_us, caller_service, callee_service, n, e)), 0) FROM got"))
+"#
+        ));
+        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
+        let [rows, wrong, got, expected, digest] = cells[..] else {
+            panic!("{out}");
+        };
+        assert!(rows > 0, "{}: no service edges", s.name);
+        assert_eq!(wrong, 0, "{}: edges DuckDB's join does not have", s.name);
+        // Records sent 5 s back (1 in 120) can make their edges late for a closed minute.
+        let sent_back = (0..RECORDS).filter(|j| sent_back(*j)).count() * REQUESTS * 5;
+        assert!(
+            got >= expected - sent_back as i128,
+            "{}: {got} edges of {expected} in closed minutes",
+            s.name
+        );
+        eprintln!(
+            "{}: {rows} edge rows, {got} edges ({expected} in closed minutes)",
+            s.name
+        );
+        (rows as u64, digest as i64)
     }
 
     /// The deploy verdicts behind the exchange: the bad payments deploy 90 s in, flagged by
@@ -512,6 +569,37 @@ input = "by_service"
 allowed_lateness = "1s"
 regression = {{ baseline = "2m", after = "2m", max_wait = "3m", min_requests = 50 }}
 
+[[operators]]
+id = "edge_spans"
+kind = "select"
+input = "spans"
+columns = ["ts", "trace_id", "span_id", "parent_span_id", "service_name", "duration_ns", "CASE WHEN status_code = 'ERROR' THEN 1 ELSE 0 END AS error", "kafka_offset", "kafka_item"]
+
+[[operators]]
+id = "by_trace"
+kind = "exchange"
+input = "edge_spans"
+key = ["trace_id"]
+partitions = {EXCHANGE_PARTITIONS}
+topic = "{trace_topic}"
+retention = "1d"
+
+[streams.by_trace]
+out_of_orderness = "1s"
+
+[[operators]]
+id = "edges"
+kind = "edges"
+input = "by_trace"
+allowed_lateness = "1s"
+join_window = "1m"
+
+[tables.edge_spans]
+land = false
+
+[tables.by_trace]
+land = false
+
 [[slos]]
 name = "frontend-availability"
 service = "frontend"
@@ -530,6 +618,7 @@ period = "1h"
 "#,
                 topic = self.topic,
                 exchange = self.exchange_topic,
+                trace_topic = self.trace_topic,
                 namespace = self.name,
                 state = self.dir.join(format!("state-{instance}")).display(),
             ),

@@ -12,6 +12,9 @@
 //! DuckDB's minute series and window sums; `otel_deploy_regressions` must flag the bad deploy
 //! of `payments` four minutes in, with DuckDB's request counts and error rates of both
 //! versions over the compared minutes and the z-test's p-value recomputed from them.
+//! `otel_service_edges` (behind a second exchange, by trace id), its partial rows summed per
+//! (minute, caller, callee), must equal DuckDB's join of each span with its parent of another
+//! service, and its merged p99 sketches the exact p99 within the sketch's 1 %.
 //!
 //! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
 
@@ -42,6 +45,7 @@ async fn the_red_recipe_equals_duckdb_over_the_landed_spans() {
     let (catalog, client) = start_catalog(&dir).await;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let (topic, exchange) = (format!("red-{run}"), format!("red-x-{run}"));
+    let by_trace = format!("red-t-{run}");
     support::create_topic(&brokers, &topic, PARTITIONS).await;
 
     // Sixteen minutes of traffic, a record every 1.2 s of event time, spread over the
@@ -92,6 +96,7 @@ async fn the_red_recipe_equals_duckdb_over_the_landed_spans() {
         &[
             ("KAFKA_BROKERS", &brokers),
             ("FLOE_EXCHANGE_TOPIC", &exchange),
+            ("FLOE_EDGES_TOPIC", &by_trace),
             ("FLOE_CATALOG_URI", &uri),
             ("FLOE_NAMESPACE", "red"),
             ("FLOE_STATE_DIR", state.to_str().unwrap()),
@@ -108,6 +113,12 @@ async fn the_red_recipe_equals_duckdb_over_the_landed_spans() {
         log: &log,
     };
     support::wait_through_exchange(&client, &job).await;
+    // The input is committed whole by now: the second exchange's ends are final too.
+    let edges_job = support::ExchangeJob {
+        exchange: &by_trace,
+        ..job
+    };
+    support::wait_through_exchange(&client, &edges_job).await;
     terminate(child);
 
     let location = async |table: &str| support::metadata_location(&client, "red", table).await;
@@ -225,6 +236,7 @@ print(one("SELECT count(*) FROM got"),
         "quantiles within the sketch's 1 % of the exact ones"
     );
     check_regressions(&spans, &location("otel_deploy_regressions").await);
+    check_edges(&spans, &location("otel_service_edges").await);
     catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -264,4 +276,68 @@ print(len(rows), n_old, n_new, e_old, e_new, p)
 "#
     ));
     eprintln!("otel_deploy_regressions: (rows, old n, new n, old errors, new errors, p) = {out}");
+}
+
+/// `otel_service_edges` against DuckDB's join of every span with its parent in another
+/// service, per minute of the child, for the minutes the final clock fired: partial rows
+/// (one per exchange partition) summed, counts and errors exact, the p99 of the merged
+/// sketches (crates/floe-sketch/SQL.md) within 1 % of the exact one.
+fn check_edges(spans: &str, edges: &str) {
+    let out = python(&format!(
+        r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE spans AS SELECT * FROM iceberg_scan('{spans}')")
+con.sql("CREATE TABLE parts AS SELECT epoch_us(window_start) AS start_us, caller_service, callee_service, source_partition, requests, errors, p99_ns_sketch FROM iceberg_scan('{edges}')")
+clock = con.sql("SELECT min(m) FROM (SELECT max(epoch_us(ts)) AS m FROM spans GROUP BY kafka_partition)").fetchone()[0]
+con.sql(f'''CREATE TABLE expected AS SELECT (epoch_us(c.ts) // 60000000) * 60000000 AS start_us,
+    p.service_name AS caller_service, c.service_name AS callee_service, count(*) AS requests,
+    sum(CASE WHEN c.status_code = 'ERROR' OR (c.span_kind = 'SERVER' AND coalesce(
+      TRY_CAST(c.span_attributes['http.response.status_code'] AS INT),
+      TRY_CAST(c.span_attributes['http.status_code'] AS INT), 0) >= 500) THEN 1 ELSE 0 END) AS errors,
+    list_sort(list(c.duration_ns)) AS d
+  FROM spans c JOIN spans p ON c.trace_id = p.trace_id AND c.parent_span_id = p.span_id
+  WHERE c.service_name <> p.service_name
+  GROUP BY 1, 2, 3 HAVING start_us + 60000000 <= {{clock}} - 5000000''')
+con.sql("CREATE TABLE got AS SELECT start_us, caller_service, callee_service, sum(requests) AS requests, sum(errors) AS errors, count(*) AS parts FROM parts GROUP BY ALL")
+con.sql('''CREATE TABLE merged AS
+  WITH buckets AS (SELECT start_us, caller_service, callee_service, e.k AS k, sum(e.n) AS n
+      FROM (SELECT start_us, caller_service, callee_service, unnest(p99_ns_sketch) AS e FROM parts) GROUP BY ALL),
+    cum AS (SELECT start_us, caller_service, callee_service,
+      sign(k) * 2 * power(1.02020202020202e0, abs(k) - 1048576) / (1.02020202020202e0 + 1) AS v,
+      sum(n) OVER (PARTITION BY start_us, caller_service, callee_service ORDER BY k ROWS UNBOUNDED PRECEDING) AS cum,
+      sum(n) OVER (PARTITION BY start_us, caller_service, callee_service) AS total FROM buckets)
+  SELECT start_us, caller_service, callee_service, min(v) FILTER (WHERE cum > 0.99e0 * CAST(total - 1 AS DOUBLE)) AS p99
+  FROM cum GROUP BY ALL''')
+one = lambda q: con.sql(q).fetchone()[0]
+keys = "start_us, caller_service, callee_service, requests, errors"
+print(one("SELECT count(*) FROM got"), one("SELECT max(parts) FROM got"),
+      one(f"SELECT count(*) FROM (SELECT {{keys}} FROM expected EXCEPT ALL SELECT {{keys}} FROM got)"),
+      one(f"SELECT count(*) FROM (SELECT {{keys}} FROM got EXCEPT ALL SELECT {{keys}} FROM expected)"),
+      one("SELECT count(DISTINCT (caller_service, callee_service)) FROM got"),
+      one('''SELECT count(*) FROM merged JOIN expected USING (start_us, caller_service, callee_service)
+             WHERE abs(p99 - d[floor(0.99 * (len(d) - 1))::INT + 1]) > 0.0101 * d[floor(0.99 * (len(d) - 1))::INT + 1]'''))
+"#
+    ));
+    let cells: Vec<i64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
+    let [rows, parts, missing, extra, pairs, off] = cells[..] else {
+        panic!("{out}");
+    };
+    eprintln!(
+        "otel_service_edges: {rows} (minute, caller, callee) rows of up to {parts} partial rows, \
+         {pairs} caller → callee pairs"
+    );
+    assert!(rows > 0, "otel_service_edges is empty");
+    assert!(
+        pairs >= 3,
+        "the generator's call chain has at least three edges"
+    );
+    assert_eq!(
+        (missing, extra),
+        (0, 0),
+        "edges per minute are DuckDB's join of spans with their parents"
+    );
+    assert_eq!(
+        off, 0,
+        "merged p99 within the sketch's 1 % of the exact one"
+    );
 }

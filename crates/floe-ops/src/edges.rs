@@ -1,0 +1,948 @@
+//! The service map: caller → callee edges per minute, from parent and child spans of one
+//! trace that belong to different services (`kind = "edges"`, table `otel_service_edges`).
+//!
+//! **What an edge is.** A span *C* of service *B* whose parent span *P* (same trace,
+//! `C.parent_span_id = P.span_id`) belongs to another service *A* is one request from *A* to
+//! *B* — typically *A*'s CLIENT span and *B*'s SERVER span, or a PRODUCER and its CONSUMER.
+//! The edge is counted in the minute of *C*'s start, with *C*'s duration and error flag (the
+//! callee's view, as the Collector's `servicegraph` connector reports the server side).
+//! A child joins its parent only if it starts at most `join_window` after it; a child whose
+//! parent never arrives (an uninstrumented caller) makes no edge.
+//!
+//! **Where.** Parent and child must meet in one partition: the input is read back from an
+//! exchange keyed by `trace_id` (or is one partition). Each minute then has one row per
+//! (caller, callee) **and exchange partition** (`source_partition`) — partial rows that merge
+//! exactly with the `GROUP BY` of `crates/floe-sketch/SQL.md`, or by `floe-maintenance
+//! merge`, as for any window whose key is not the exchange's key.
+//!
+//! **Exactly the same rows in every run.** Spans wait in keyed state for their partner — a
+//! parent for its children, a child for its parent — and leave it by event-time timers on
+//! the exchange's clock. The clock reaches a partition at instants that depend on timing,
+//! so forgetting a span could decide whether an edge is made; it never does here: an edge
+//! carries the later of its two spans' source clocks, and a span is forgotten only once any
+//! edge it could still make would be late by that clock for its minute (the minute ended
+//! more than out-of-orderness plus `allowed_lateness` before). Late edges are counted
+//! (`late_rows` in `/metrics`) and dropped — never written, so what is written does not
+//! depend on what was forgotten when.
+//!
+//! **State** (per partition, beside the window's own): `0x40 trace 0 span` → a possible
+//! parent (service, start, clock); `0x41 trace 0 parent 0 span` → a child waiting for its
+//! parent (service, start, duration, error, clock); [`EXPIRY`] timers whose tag is the
+//! entry's key.
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use arrow_array::builder::{Int64Builder, StringBuilder};
+use arrow_array::{
+    Array, ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use floe_core::exchange::SOURCE_CLOCK_COLUMN;
+use floe_core::{StreamBatch, StreamSpec};
+
+use crate::aggregate::{AggKind, Aggregate};
+use crate::codec::{Reader, Writer, integer_at};
+use crate::minutes::{MINUTE, require_exchange_by};
+use crate::timers::EXPIRY;
+use crate::window::{Window, WindowKind, WindowSpec, event_times, iceberg_schema, timestamp};
+use crate::{Context, OpError, OpResult, Operator, OperatorStats};
+
+/// The columns of the spans the operator reads, besides the configurable ones.
+pub const SPAN_COLUMNS: [&str; 3] = ["trace_id", "span_id", "parent_span_id"];
+
+/// The latency quantiles of every edge row.
+pub const QUANTILES: [(&str, f64); 3] = [("p50_ns", 0.5), ("p95_ns", 0.95), ("p99_ns", 0.99)];
+
+/// An `edges` operator as the job file gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EdgesSpec {
+    /// The operator's id.
+    pub id: String,
+    /// The input's event-time column (a span's start).
+    pub time_column: String,
+    /// The input stream's out-of-orderness (µs).
+    pub out_of_orderness: i64,
+    /// How long a minute's row still takes edges after it fired (µs).
+    pub allowed_lateness: i64,
+    /// The longest a child may start after its parent and still be joined to it (µs).
+    pub join_window: i64,
+    /// The column naming a span's service.
+    pub service_column: String,
+    /// The column that is non-zero for a failed span.
+    pub error_column: String,
+    /// The column of a span's duration in ns.
+    pub duration_column: String,
+    /// The output stream.
+    pub output: String,
+}
+
+impl EdgesSpec {
+    /// Everything the stored state depends on.
+    pub fn fingerprint(&self) -> String {
+        format!(
+            "edges v1 time={} ooo={} lateness={} join={}",
+            self.time_column, self.out_of_orderness, self.allowed_lateness, self.join_window
+        )
+    }
+
+    /// A clock at which no edge of a child starting at `start` can be on time any more: its
+    /// minute's end plus out-of-orderness and allowed lateness (a µs past it, whichever way
+    /// the window rounds).
+    fn child_expires(&self, start: i64) -> i64 {
+        let minute_end = start.div_euclid(MINUTE).saturating_add(1) * MINUTE;
+        minute_end
+            .saturating_add(self.out_of_orderness)
+            .saturating_add(self.allowed_lateness)
+            .saturating_add(1)
+    }
+
+    /// The same for any child of a parent starting at `start`.
+    fn parent_expires(&self, start: i64) -> i64 {
+        self.child_expires(start.saturating_add(self.join_window))
+    }
+}
+
+/// A span kept in state.
+#[derive(Debug, Clone, PartialEq)]
+struct Kept {
+    service: String,
+    start: i64,
+    duration: i64,
+    error: i64,
+    clock: Option<i64>,
+}
+
+impl Kept {
+    fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        w.u8(1);
+        w.bytes(self.service.as_bytes());
+        w.i64(self.start);
+        w.i64(self.duration);
+        w.i64(self.error);
+        match self.clock {
+            Some(c) => {
+                w.u8(1);
+                w.i64(c);
+            }
+            None => w.u8(0),
+        }
+        w.0
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let mut r = Reader(bytes);
+        if r.u8()? != 1 {
+            return Err("a kept span of an unknown version".into());
+        }
+        let service = String::from_utf8(r.bytes()?.to_vec()).map_err(|e| e.to_string())?;
+        let (start, duration, error) = (r.i64()?, r.i64()?, r.i64()?);
+        let clock = match r.u8()? {
+            0 => None,
+            _ => Some(r.i64()?),
+        };
+        Ok(Self {
+            service,
+            start,
+            duration,
+            error,
+            clock,
+        })
+    }
+}
+
+fn parent_key(trace: &str, span: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(2 + trace.len() + span.len());
+    k.push(0x40);
+    k.extend_from_slice(trace.as_bytes());
+    k.push(0);
+    k.extend_from_slice(span.as_bytes());
+    k
+}
+
+fn children_prefix(trace: &str, parent: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(3 + trace.len() + parent.len());
+    k.push(0x41);
+    k.extend_from_slice(trace.as_bytes());
+    k.push(0);
+    k.extend_from_slice(parent.as_bytes());
+    k.push(0);
+    k
+}
+
+/// A string cell, `None` when null.
+fn text_at(array: &StringArray, row: usize) -> Option<&str> {
+    (!array.is_null(row)).then(|| array.value(row))
+}
+
+/// The later of two source clocks (a missing one is earlier than any).
+fn later(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    a.max(b)
+}
+
+/// The edges found in one batch, as the inner window's rows.
+#[derive(Default)]
+struct Found {
+    time: Vec<i64>,
+    caller: StringBuilder,
+    callee: StringBuilder,
+    error: Int64Builder,
+    duration: Int64Builder,
+    clock: Int64Builder,
+}
+
+impl Found {
+    fn push(&mut self, caller: &str, child: &Kept, clock: Option<i64>) {
+        self.time.push(child.start);
+        self.caller.append_value(caller);
+        self.callee.append_value(&child.service);
+        self.error.append_value(child.error);
+        self.duration.append_value(child.duration);
+        self.clock.append_option(clock);
+    }
+}
+
+/// The service-map operator.
+pub struct Edges {
+    spec: EdgesSpec,
+    window: Window,
+    /// The inner window's rows: time, caller, callee, error, duration.
+    inner: SchemaRef,
+    outputs: Vec<StreamSpec>,
+    /// Per partition, a time no expiry timer is earlier than.
+    floors: HashMap<u32, i64>,
+    late_edges: u64,
+}
+
+impl std::fmt::Debug for Edges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Edges")
+            .field("id", &self.spec.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Edges {
+    /// An `edges` operator over `input`; `Err` says what is wrong with the configuration.
+    pub fn new(spec: EdgesSpec, input: &StreamSpec) -> Result<Self, String> {
+        if input.changelog {
+            return Err(format!(
+                "stream {} is a changelog; the service map reads spans",
+                input.name
+            ));
+        }
+        require_exchange_by(input, &["trace_id".to_string()], "the service map")?;
+        if input.time_column.as_deref() != Some(spec.time_column.as_str()) {
+            return Err(format!(
+                "stream {} is read back from an exchange, whose rows carry the clock of its \
+                 time column {:?}: the service map uses that column, not {}",
+                input.name, input.time_column, spec.time_column
+            ));
+        }
+        let iceberg = input
+            .schema
+            .as_ref()
+            .ok_or_else(|| format!("the columns of stream {} are not known yet", input.name))?;
+        let arrow = iceberg::arrow::schema_to_arrow_schema(iceberg).map_err(|e| e.to_string())?;
+        let field = |name: &str| {
+            arrow
+                .field_with_name(name)
+                .map_err(|_| format!("stream {} has no column {name}", input.name))
+        };
+        field(&spec.time_column)?;
+        for column in SPAN_COLUMNS
+            .iter()
+            .copied()
+            .chain([spec.service_column.as_str()])
+        {
+            if !matches!(
+                field(column)?.data_type(),
+                DataType::Utf8 | DataType::LargeUtf8
+            ) {
+                return Err(format!("column {column} is not a string"));
+            }
+        }
+        let ty = field(&spec.error_column)?.data_type();
+        if !(ty.is_integer() || *ty == DataType::Boolean) {
+            return Err(format!(
+                "the error column {} is {ty}, not an integer or a boolean",
+                spec.error_column
+            ));
+        }
+        if !field(&spec.duration_column)?.data_type().is_integer() {
+            return Err(format!(
+                "the duration column {} is not an integer of nanoseconds",
+                spec.duration_column
+            ));
+        }
+        let inner = Arc::new(Schema::new(vec![
+            Field::new(&spec.time_column, timestamp(), false),
+            Field::new("caller_service", DataType::Utf8, false),
+            Field::new("callee_service", DataType::Utf8, false),
+            Field::new("error", DataType::Int64, false),
+            Field::new("duration_ns", DataType::Int64, false),
+        ]));
+        let stream = StreamSpec {
+            name: format!("{}__edges", spec.id),
+            table: format!("{}__edges", spec.id),
+            schema: Some(iceberg_schema(&inner, &[])?),
+            changelog: false,
+            key: Vec::new(),
+            time_column: Some(spec.time_column.clone()),
+            partition: Vec::new(),
+            bloom_filter_columns: Vec::new(),
+            plain_columns: Vec::new(),
+            properties: floe_core::exchange::exchanged_property(input),
+        };
+        let aggregate = |name: &str, kind| Aggregate {
+            name: name.into(),
+            kind,
+        };
+        let mut aggregates = vec![
+            aggregate("requests", AggKind::Count),
+            aggregate("errors", AggKind::Sum("error".into())),
+        ];
+        for (name, q) in QUANTILES {
+            aggregates.push(aggregate(name, AggKind::Quantile("duration_ns".into(), q)));
+        }
+        let window = Window::new(
+            WindowSpec {
+                id: spec.id.clone(),
+                kind: WindowKind::Tumbling { size: MINUTE },
+                time_column: spec.time_column.clone(),
+                out_of_orderness: spec.out_of_orderness,
+                allowed_lateness: spec.allowed_lateness,
+                idle_after: None,
+                key: vec!["caller_service".into(), "callee_service".into()],
+                aggregates,
+                output: spec.output.clone(),
+                late_output: format!("{}__late", spec.id),
+            },
+            &stream,
+        )?;
+        let outputs = vec![window.outputs()[0].clone()];
+        Ok(Self {
+            spec,
+            window,
+            inner,
+            outputs,
+            floors: HashMap::new(),
+            late_edges: 0,
+        })
+    }
+
+    fn invalid(&self, message: impl Into<String>) -> OpError {
+        OpError::Invalid {
+            operator: self.spec.id.clone(),
+            message: message.into(),
+        }
+    }
+
+    /// Calls the inner window with a context of its own: its rollup rows go out, its late
+    /// rows are counted and dropped (see the module docs).
+    fn run_window(
+        &mut self,
+        ctx: &mut Context<'_>,
+        call: impl FnOnce(&mut Window, &mut Context<'_>) -> OpResult<()>,
+    ) -> OpResult<()> {
+        let mut inner = ctx.nested();
+        call(&mut self.window, &mut inner)?;
+        let (emitted, dead) = inner.finish();
+        ctx.dead.extend(dead);
+        for (output, batch) in emitted {
+            if output == 0 {
+                ctx.emit(0, batch);
+            } else {
+                self.late_edges += batch.batch.num_rows() as u64;
+            }
+        }
+        Ok(())
+    }
+
+    fn load(&self, ctx: &Context<'_>, p: u32, key: &[u8]) -> OpResult<Option<Kept>> {
+        ctx.get(p, key)?
+            .map(|bytes| Kept::decode(&bytes).map_err(|e| self.invalid(e)))
+            .transpose()
+    }
+
+    /// Keeps `span` under `key` until event time `expires`, unless the clock is past it.
+    fn keep(
+        &mut self,
+        ctx: &mut Context<'_>,
+        p: u32,
+        key: Vec<u8>,
+        span: &Kept,
+        expires: i64,
+    ) -> OpResult<()> {
+        if span.clock.is_some_and(|c| c >= expires) {
+            // Whatever it would join now is late: nothing to wait for.
+            return Ok(());
+        }
+        ctx.put(p, &key, &span.encode())?;
+        EXPIRY.register(ctx, p, expires, &key)?;
+        let floor = self.floors.entry(p).or_insert(i64::MIN);
+        *floor = (*floor).min(expires);
+        Ok(())
+    }
+
+    /// The edges rows `rows` of partition `p` make, fed to the window.
+    fn on_rows(&mut self, ctx: &mut Context<'_>, p: u32, rows: &RecordBatch) -> OpResult<()> {
+        let times = event_times(rows, &self.spec.time_column).map_err(|e| self.invalid(e))?;
+        let strings = |name: &str| -> OpResult<StringArray> {
+            let c = rows
+                .column_by_name(name)
+                .ok_or_else(|| self.invalid(format!("no column {name}")))?;
+            let c =
+                arrow_cast::cast(c, &DataType::Utf8).map_err(|e| self.invalid(e.to_string()))?;
+            Ok(c.as_any()
+                .downcast_ref::<StringArray>()
+                .cloned()
+                .expect("cast to Utf8"))
+        };
+        let [traces, spans, parents] = SPAN_COLUMNS.map(strings);
+        let (traces, spans, parents) = (traces?, spans?, parents?);
+        let services = strings(&self.spec.service_column)?;
+        let integers = |name: &str| {
+            rows.column_by_name(name)
+                .map(|c| arrow_cast::cast(c, &DataType::Int64).unwrap_or_else(|_| c.clone()))
+                .ok_or_else(|| self.invalid(format!("no column {name}")))
+        };
+        let errors = integers(&self.spec.error_column)?;
+        let durations = integers(&self.spec.duration_column)?;
+        let clocks = rows
+            .column_by_name(SOURCE_CLOCK_COLUMN)
+            .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
+            .cloned();
+        let mut found = Found::default();
+        for (row, time) in times.iter().enumerate() {
+            let text = |a| text_at(a, row);
+            let (Some(trace), Some(span), Some(service)) =
+                (text(&traces), text(&spans), text(&services))
+            else {
+                // Not part of a trace anyone can join.
+                continue;
+            };
+            if trace.is_empty() || span.is_empty() {
+                continue;
+            }
+            let values = (
+                *time,
+                integer_at(errors.as_ref(), row),
+                integer_at(durations.as_ref(), row),
+            );
+            let (Some(start), Some(error), Some(duration)) = values else {
+                let missing = match values {
+                    (None, ..) => &self.spec.time_column,
+                    (_, None, _) => &self.spec.error_column,
+                    _ => &self.spec.duration_column,
+                };
+                ctx.dead_letter(
+                    p,
+                    format!("operator {}: no {missing} value", self.spec.id),
+                    rows,
+                    row,
+                );
+                continue;
+            };
+            let clock = clocks
+                .as_ref()
+                .and_then(|c| (!c.is_null(row)).then(|| c.value(row)));
+            let this = Kept {
+                service: service.to_string(),
+                start,
+                duration,
+                error: i64::from(error != 0),
+                clock,
+            };
+            // As a child: its parent may be here already.
+            if let Some(parent) = text(&parents).filter(|s| !s.is_empty()) {
+                match self.load(ctx, p, &parent_key(trace, parent))? {
+                    Some(caller) => {
+                        if caller.service != this.service
+                            && this.start <= caller.start.saturating_add(self.spec.join_window)
+                        {
+                            found.push(&caller.service, &this, later(caller.clock, clock));
+                        }
+                    }
+                    None => {
+                        let mut key = children_prefix(trace, parent);
+                        key.extend_from_slice(span.as_bytes());
+                        let expires = self.spec.child_expires(start);
+                        self.keep(ctx, p, key, &this, expires)?;
+                    }
+                }
+            }
+            // As a parent: children may have waited for it.
+            let prefix = children_prefix(trace, span);
+            let mut end = prefix.clone();
+            *end.last_mut().expect("a prefix") = 1;
+            let mut waiting = Vec::new();
+            ctx.scan(p, &prefix, Some(&end), |k, v| {
+                waiting.push((k.to_vec(), v.to_vec()));
+                ControlFlow::Continue(())
+            })?;
+            for (key, value) in waiting {
+                let child = Kept::decode(&value).map_err(|e| self.invalid(e))?;
+                ctx.delete(p, &key)?;
+                if child.service != this.service
+                    && child.start <= start.saturating_add(self.spec.join_window)
+                {
+                    found.push(service, &child, later(child.clock, clock));
+                }
+            }
+            let expires = self.spec.parent_expires(start);
+            self.keep(ctx, p, parent_key(trace, span), &this, expires)?;
+        }
+        if found.time.is_empty() {
+            return Ok(());
+        }
+        let time: ArrayRef = Arc::new(
+            TimestampMicrosecondArray::from(std::mem::take(&mut found.time))
+                .with_timezone("+00:00"),
+        );
+        let mut fields: Vec<Field> = self.inner.fields().iter().map(|f| (**f).clone()).collect();
+        fields.push(Field::new(SOURCE_CLOCK_COLUMN, DataType::Int64, true));
+        let batch = RecordBatch::try_new(
+            Arc::new(Schema::new(fields)),
+            vec![
+                time,
+                Arc::new(found.caller.finish()),
+                Arc::new(found.callee.finish()),
+                Arc::new(found.error.finish()),
+                Arc::new(found.duration.finish()),
+                Arc::new(found.clock.finish()),
+            ],
+        )
+        .map_err(|e| self.invalid(format!("edge rows: {e}")))?;
+        self.run_window(ctx, |window, inner| {
+            window.on_batch(&StreamBatch::single(0, batch, p), inner)
+        })
+    }
+}
+
+impl Operator for Edges {
+    fn id(&self) -> &str {
+        &self.spec.id
+    }
+
+    fn outputs(&self) -> &[StreamSpec] {
+        &self.outputs
+    }
+
+    fn on_batch(&mut self, input: &StreamBatch, ctx: &mut Context<'_>) -> OpResult<()> {
+        let mut offset = 0;
+        for run in &input.runs {
+            let rows = input.batch.slice(offset, run.rows);
+            offset += run.rows;
+            self.on_rows(ctx, run.partition, &rows)?;
+        }
+        Ok(())
+    }
+
+    fn on_watermark(
+        &mut self,
+        partition: u32,
+        watermark: i64,
+        ctx: &mut Context<'_>,
+    ) -> OpResult<()> {
+        self.run_window(ctx, |window, inner| {
+            window.on_watermark(partition, watermark, inner)
+        })
+    }
+
+    fn on_event_clock(
+        &mut self,
+        partition: u32,
+        max_time: i64,
+        ctx: &mut Context<'_>,
+    ) -> OpResult<()> {
+        // Spans whose every edge would now be late are forgotten.
+        let from = self.floors.get(&partition).copied().unwrap_or(i64::MIN);
+        for (_, key) in EXPIRY.take_due(ctx, partition, from, max_time)? {
+            ctx.delete(partition, &key)?;
+        }
+        self.floors
+            .insert(partition, max_time.saturating_add(1).max(from));
+        self.run_window(ctx, |window, inner| {
+            window.on_event_clock(partition, max_time, inner)
+        })
+    }
+
+    fn on_barrier(&mut self, ctx: &mut Context<'_>) -> OpResult<()> {
+        self.run_window(ctx, |window, inner| window.on_barrier(inner))
+    }
+
+    fn on_restore(&mut self, partition: u32, ctx: &mut Context<'_>) -> OpResult<()> {
+        self.floors.remove(&partition);
+        let mut inner = ctx.nested();
+        self.window.on_restore(partition, &mut inner)
+    }
+
+    fn forget(&mut self) {
+        self.floors.clear();
+        self.window.forget();
+    }
+
+    fn watermarks(&self) -> Vec<(u32, i64)> {
+        self.window.watermarks()
+    }
+
+    fn fingerprint(&self) -> Option<String> {
+        Some(self.spec.fingerprint())
+    }
+
+    fn stats(&self) -> OperatorStats {
+        let mut stats = self.window.stats();
+        stats.late_rows += self.late_edges;
+        stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int64Type, TimestampMicrosecondType};
+    use floe_state::StateStore;
+    use iceberg::spec::{NestedField, PrimitiveType, Type};
+
+    use super::*;
+
+    const S: i64 = 1_000_000;
+    /// 2025-10-09T08:53:20Z.
+    const T0: i64 = 1_760_000_000 * S;
+
+    fn input() -> StreamSpec {
+        let field = |id, name, t| Arc::new(NestedField::optional(id, name, Type::Primitive(t)));
+        let schema = iceberg::spec::Schema::builder()
+            .with_fields(vec![
+                field(1, "ts", PrimitiveType::Timestamptz),
+                field(2, "trace_id", PrimitiveType::String),
+                field(3, "span_id", PrimitiveType::String),
+                field(4, "parent_span_id", PrimitiveType::String),
+                field(5, "service_name", PrimitiveType::String),
+                field(6, "error", PrimitiveType::Int),
+                field(7, "duration_ns", PrimitiveType::Long),
+            ])
+            .build()
+            .unwrap();
+        StreamSpec {
+            time_column: Some("ts".into()),
+            properties: vec![
+                (floe_core::exchange::EXCHANGED_FROM.into(), "x".into()),
+                (floe_core::exchange::EXCHANGED_BY.into(), "trace_id".into()),
+            ],
+            ..StreamSpec::append("by_trace", "by_trace", schema)
+        }
+    }
+
+    fn spec() -> EdgesSpec {
+        EdgesSpec {
+            id: "edges".into(),
+            time_column: "ts".into(),
+            out_of_orderness: 5 * S,
+            allowed_lateness: 30 * S,
+            join_window: 120 * S,
+            service_column: "service_name".into(),
+            error_column: "error".into(),
+            duration_column: "duration_ns".into(),
+            output: "service_edges".into(),
+        }
+    }
+
+    /// A span: start µs, trace, span, parent ("" for a root), service, error, duration ns.
+    #[derive(Debug, Clone)]
+    struct Span {
+        start: i64,
+        trace: String,
+        span: String,
+        parent: String,
+        service: String,
+        error: i32,
+        duration: i64,
+    }
+
+    fn batch(rows: &[(Span, Option<i64>)]) -> StreamBatch {
+        let schema = Schema::new(vec![
+            Field::new("ts", timestamp(), true),
+            Field::new("trace_id", DataType::Utf8, true),
+            Field::new("span_id", DataType::Utf8, true),
+            Field::new("parent_span_id", DataType::Utf8, true),
+            Field::new("service_name", DataType::Utf8, true),
+            Field::new("error", DataType::Int32, true),
+            Field::new("duration_ns", DataType::Int64, true),
+            Field::new(SOURCE_CLOCK_COLUMN, DataType::Int64, true),
+        ]);
+        let text = |f: fn(&Span) -> &str| -> ArrayRef {
+            Arc::new(StringArray::from(
+                rows.iter().map(|(s, _)| f(s)).collect::<Vec<_>>(),
+            ))
+        };
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(
+                TimestampMicrosecondArray::from(rows.iter().map(|r| r.0.start).collect::<Vec<_>>())
+                    .with_timezone("+00:00"),
+            ),
+            text(|s| &s.trace),
+            text(|s| &s.span),
+            text(|s| &s.parent),
+            text(|s| &s.service),
+            Arc::new(arrow_array::Int32Array::from(
+                rows.iter().map(|r| r.0.error).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                rows.iter().map(|r| r.0.duration).collect::<Vec<_>>(),
+            )),
+            Arc::new(Int64Array::from(
+                rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+            )),
+        ];
+        StreamBatch::single(
+            0,
+            RecordBatch::try_new(Arc::new(schema), columns).unwrap(),
+            0,
+        )
+    }
+
+    /// (minute, caller, callee) → (requests, errors, p99 ns).
+    type Rows = BTreeMap<(i64, String, String), (i64, i64, f64)>;
+
+    fn collect(emitted: Vec<(usize, StreamBatch)>, out: &mut Rows) {
+        for (output, b) in emitted {
+            assert_eq!(output, 0, "only rollup rows leave the operator");
+            let b = b.batch;
+            let text = |n: &str, r| {
+                b.column_by_name(n)
+                    .unwrap()
+                    .as_string::<i32>()
+                    .value(r)
+                    .to_string()
+            };
+            let int = |n: &str, r| {
+                b.column_by_name(n)
+                    .unwrap()
+                    .as_primitive::<Int64Type>()
+                    .value(r)
+            };
+            let starts = b
+                .column_by_name("window_start")
+                .unwrap()
+                .as_primitive::<TimestampMicrosecondType>();
+            let p99 = b
+                .column_by_name("p99_ns")
+                .unwrap()
+                .as_primitive::<arrow_array::types::Float64Type>();
+            for r in 0..b.num_rows() {
+                out.insert(
+                    (
+                        starts.value(r).div_euclid(MINUTE),
+                        text("caller_service", r),
+                        text("callee_service", r),
+                    ),
+                    (int("requests", r), int("errors", r), p99.value(r)),
+                );
+            }
+        }
+    }
+
+    /// Runs `spans` (in arrival order) through in chunks of `size`, the exchange's clock
+    /// after each chunk; with `restart`, a fresh operator restores the state halfway.
+    /// Returns the rows and the late edges counted.
+    fn run(spans: &[Span], size: usize, restart: bool) -> (Rows, u64) {
+        let dir = std::env::temp_dir().join(format!(
+            "floe-edges-{}-{}-{size}-{restart}",
+            std::process::id(),
+            spans.len()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut store = StateStore::open(&dir, 8 << 20).unwrap();
+        let names = |p: u32| format!("x/{p}");
+        let mut op = Edges::new(spec(), &input()).unwrap();
+        let mut out = Rows::new();
+        let mut clock: Option<i64> = None;
+        let mut late = 0;
+        let chunks = spans.len().div_ceil(size);
+        for (i, chunk) in spans.chunks(size).enumerate() {
+            if restart && i == chunks / 2 {
+                late += op.stats().late_rows;
+                op = Edges::new(spec(), &input()).unwrap();
+                let mut ctx = Context::new(Some(&mut store), 0, &names);
+                op.on_restore(0, &mut ctx).unwrap();
+            }
+            // Each row carries the clock before it (one source).
+            let rows: Vec<(Span, Option<i64>)> = chunk
+                .iter()
+                .map(|s| {
+                    let before = clock;
+                    clock = clock.max(Some(s.start));
+                    (s.clone(), before)
+                })
+                .collect();
+            let mut ctx = Context::new(Some(&mut store), 0, &names);
+            op.on_batch(&batch(&rows), &mut ctx).unwrap();
+            op.on_event_clock(0, clock.unwrap(), &mut ctx).unwrap();
+            let (emitted, dead) = ctx.finish();
+            assert!(dead.is_empty());
+            collect(emitted, &mut out);
+        }
+        let mut ctx = Context::new(Some(&mut store), 0, &names);
+        op.on_event_clock(0, clock.unwrap() + 3600 * S, &mut ctx)
+            .unwrap();
+        collect(ctx.finish().0, &mut out);
+        late += op.stats().late_rows;
+        // Everything waiting was forgotten once the clock passed it.
+        let mut left = 0;
+        let ctx = Context::new(Some(&mut store), 0, &names);
+        ctx.scan(0, &[0x40], Some(&[0x42]), |_, _| {
+            left += 1;
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(left, 0, "spans left in state");
+        drop(ctx);
+        let _ = std::fs::remove_dir_all(&dir);
+        (out, late)
+    }
+
+    fn lcg(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut state = seed;
+        move |n| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) % n
+        }
+    }
+
+    const SERVICES: [&str; 4] = ["frontend", "checkout", "payments", "stock"];
+
+    /// Traces over ten minutes: frontend → checkout → payments | stock, each call a CLIENT
+    /// span of the caller and a SERVER span of the callee, some of them failed; every trace's
+    /// spans arrive shuffled, a few seconds apart at most.
+    fn traces(seed: u64) -> Vec<Span> {
+        let mut rand = lcg(seed);
+        let mut spans = Vec::new();
+        for t in 0..400 {
+            let trace = format!("{t:032x}");
+            let start = T0 + t * 1_500_000 + rand(1_000_000) as i64;
+            let mut next = 0;
+            let mut span =
+                |parent: &str, service: &str, at: i64, rand: &mut dyn FnMut(u64) -> u64| {
+                    next += 1;
+                    let s = Span {
+                        start: at,
+                        trace: trace.clone(),
+                        span: format!("{next:016x}"),
+                        parent: parent.to_string(),
+                        service: service.to_string(),
+                        error: i32::from(rand(10) == 0),
+                        duration: 1_000_000 + rand(50_000_000) as i64,
+                    };
+                    let id = s.span.clone();
+                    (s, id)
+                };
+            let (root, root_id) = span("", SERVICES[0], start, &mut rand);
+            let mut trace_spans = vec![root];
+            let (client, client_id) = span(&root_id, SERVICES[0], start + 10, &mut rand);
+            trace_spans.push(client);
+            let (server, server_id) = span(&client_id, SERVICES[1], start + 20, &mut rand);
+            trace_spans.push(server);
+            let callee = SERVICES[2 + rand(2) as usize];
+            let (client2, client2_id) = span(&server_id, SERVICES[1], start + 30, &mut rand);
+            trace_spans.push(client2);
+            let (server2, _) = span(&client2_id, callee, start + 40, &mut rand);
+            trace_spans.push(server2);
+            // Shuffled within the trace.
+            for i in (1..trace_spans.len()).rev() {
+                trace_spans.swap(i, rand(i as u64 + 1) as usize);
+            }
+            spans.extend(trace_spans);
+        }
+        spans
+    }
+
+    /// The edges by brute force: every child of another service's parent in the same trace.
+    fn reference(spans: &[Span]) -> BTreeMap<(i64, String, String), (i64, i64)> {
+        let mut out: BTreeMap<(i64, String, String), (i64, i64)> = BTreeMap::new();
+        for c in spans {
+            for p in spans {
+                if p.trace == c.trace && p.span == c.parent && p.service != c.service {
+                    let e = out
+                        .entry((
+                            c.start.div_euclid(MINUTE),
+                            p.service.clone(),
+                            c.service.clone(),
+                        ))
+                        .or_default();
+                    e.0 += 1;
+                    e.1 += i64::from(c.error);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn edges_equal_a_brute_force_join_whatever_the_batching_and_restarts() {
+        let spans = traces(7);
+        let expected = reference(&spans);
+        assert!(expected.len() > 10, "{expected:?}");
+        let (first, late) = run(&spans, 1, false);
+        assert_eq!(late, 0);
+        let counts: BTreeMap<_, _> = first.iter().map(|(k, v)| (k.clone(), (v.0, v.1))).collect();
+        assert_eq!(counts, expected);
+        for (size, restart) in [(7, false), (64, true), (1000, false), (13, true)] {
+            let (rows, late) = run(&spans, size, restart);
+            assert_eq!(late, 0);
+            assert_eq!(rows, first, "chunks of {size}, restart {restart}");
+        }
+    }
+
+    #[test]
+    fn a_parent_arriving_after_its_childs_minute_is_final_makes_no_row() {
+        let span = |start, id: &str, parent: &str, service: &str| Span {
+            start,
+            trace: "t".into(),
+            span: id.into(),
+            parent: parent.into(),
+            service: service.into(),
+            error: 0,
+            duration: 1,
+        };
+        // The child at T0; two minutes of other traffic; then its parent.
+        let mut spans = vec![span(T0, "c", "p", "checkout")];
+        for i in 0..12 {
+            spans.push(Span {
+                trace: format!("other{i}"),
+                ..span(T0 + i * 10 * S, "x", "", "frontend")
+            });
+        }
+        spans.push(span(T0 - S, "p", "", "frontend"));
+        // A child joined in time, for contrast.
+        spans.push(span(T0 + 125 * S, "c2", "x", "checkout"));
+        spans.push(Span {
+            trace: "other11".into(),
+            ..span(T0 + 126 * S, "c3", "x", "payments")
+        });
+        let (rows, late) = run(&spans, 1, false);
+        assert_eq!(late, 0, "the waiting child was forgotten, not joined late");
+        let callers: Vec<_> = rows.keys().map(|k| (k.1.as_str(), k.2.as_str())).collect();
+        assert_eq!(callers, vec![("frontend", "payments")], "{rows:?}");
+        assert!(rows.keys().all(|k| k.0 > T0.div_euclid(MINUTE)));
+    }
+
+    #[test]
+    fn a_span_on_one_partition_of_another_exchange_is_refused() {
+        let mut by_service = input();
+        by_service.properties[1].1 = "service_name".into();
+        let e = Edges::new(spec(), &by_service).unwrap_err();
+        assert!(e.contains("exchange by trace_id"), "{e}");
+        let mut plain = input();
+        plain.properties.clear();
+        let e = Edges::new(spec(), &plain).unwrap_err();
+        assert!(e.contains("put an exchange keyed by trace_id"), "{e}");
+    }
+}
