@@ -15,13 +15,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+
 use std::time::{Duration, Instant};
 
 use floe_core::position_of;
 use floe_otlp::generate::{Generator, Record};
 use floe_otlp::profiles::{Dictionary, stack_hash};
-use floe_otlp::{Decoded, Signal, decode};
+use floe_otlp::{Decoded, decode};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
 use rand::Rng;
 use rdkafka::ClientConfig;
@@ -30,9 +30,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 mod support;
+use support::otelcol::Collector;
 use support::{
-    OtlpKafkaJob, anchor_writers, committed, free_port, kills, python, service, spawn_floe,
-    start_catalog, temp_dir, terminate,
+    OtlpKafkaJob, anchor_writers, committed, kills, python, service, spawn_floe, start_catalog,
+    temp_dir, terminate,
 };
 
 const PARTITIONS: i32 = 3;
@@ -63,101 +64,24 @@ fn topics(run: &str, encoding: &str) -> [String; 4] {
     ["spans", "logs", "metrics", "profiles"].map(|signal| format!("{signal}_{encoding}_{run}"))
 }
 
-/// A running Collector with one encoding.
-struct Collector {
-    child: Child,
-    http: u16,
-}
-
-impl Collector {
-    fn start(dir: &Path, brokers: &str, encoding: &str, topics: &[String; 4]) -> Self {
-        let http = free_port();
-        let config = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../docker/otel-collector/config.yaml"
-        );
-        let log = std::fs::File::create(dir.join(format!("collector-{encoding}.log"))).unwrap();
-        let child = Command::new(service("FLOE_TEST_OTELCOL"))
-            .args([
-                "--config",
-                config,
-                "--feature-gates=service.profilesSupport",
-            ])
-            .env("OTLP_GRPC_ENDPOINT", format!("127.0.0.1:{}", free_port()))
-            .env("OTLP_HTTP_ENDPOINT", format!("127.0.0.1:{http}"))
-            .env("KAFKA_BROKERS", brokers)
-            .env("OTLP_ENCODING", encoding)
-            .env("TRACES_TOPIC", &topics[0])
-            .env("LOGS_TOPIC", &topics[1])
-            .env("METRICS_TOPIC", &topics[2])
-            .env("PROFILES_TOPIC", &topics[3])
-            .env("BATCH_TIMEOUT", "200ms")
-            .env("COLLECTOR_METRICS_HOST", "127.0.0.1")
-            .env("COLLECTOR_METRICS_PORT", free_port().to_string())
-            .stdout(std::process::Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        Self { child, http }
-    }
-
-    /// Waits until the OTLP/HTTP receiver answers an empty export.
-    async fn ready(&mut self, http: &reqwest::Client, dir: &Path, encoding: &str) {
-        let began = Instant::now();
-        loop {
-            assert!(
-                self.child.try_wait().unwrap().is_none(),
-                "the Collector exited: {}",
-                std::fs::read_to_string(dir.join(format!("collector-{encoding}.log")))
-                    .unwrap_or_default()
-            );
-            let answer = http
-                .post(format!("http://127.0.0.1:{}/v1/traces", self.http))
-                .header("content-type", "application/x-protobuf")
-                .body(Vec::new())
-                .send()
-                .await;
-            if answer.is_ok_and(|a| a.status().is_success()) {
-                return;
-            }
-            assert!(
-                began.elapsed() < Duration::from_secs(60),
-                "the Collector did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Sends one OTLP/HTTP protobuf export (a `TracesData` is wire-compatible with an
-    /// `ExportTraceServiceRequest`, and so on), which the Collector must accept.
-    async fn send(&self, http: &reqwest::Client, record: &Record) {
-        let path = match record.signal {
-            Signal::Traces => "v1/traces",
-            Signal::Logs => "v1/logs",
-            Signal::Metrics => "v1/metrics",
-            Signal::Profiles => "v1development/profiles",
-        };
-        let answer = http
-            .post(format!("http://127.0.0.1:{}/{path}", self.http))
-            .header("content-type", "application/x-protobuf")
-            .body(record.bytes.clone())
-            .send()
-            .await
-            .unwrap();
-        assert!(answer.status().is_success(), "{:?}", answer.text().await);
-    }
-
-    /// SIGTERM: the Collector flushes its batches to Kafka and exits.
-    fn stop(mut self) {
-        Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(
-            self.child.wait().unwrap().success(),
-            "the Collector stops cleanly"
-        );
-    }
+/// A Collector with one encoding, on the config compose ships.
+fn start_collector(dir: &Path, brokers: &str, encoding: &str, topics: &[String; 4]) -> Collector {
+    let config =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docker/otel-collector/config.yaml");
+    Collector::start(
+        &config,
+        &["--feature-gates=service.profilesSupport"],
+        &[
+            ("KAFKA_BROKERS", brokers),
+            ("OTLP_ENCODING", encoding),
+            ("TRACES_TOPIC", &topics[0]),
+            ("LOGS_TOPIC", &topics[1]),
+            ("METRICS_TOPIC", &topics[2]),
+            ("PROFILES_TOPIC", &topics[3]),
+            ("BATCH_TIMEOUT", "200ms"),
+        ],
+        &dir.join(format!("collector-{encoding}.log")),
+    )
 }
 
 /// What was sent through one Collector.
@@ -323,8 +247,8 @@ async fn the_collectors_kafka_exporter_feeds_floe_exactly_once_through_kill_9() 
     let http = reqwest::Client::new();
     let mut collectors = Vec::new();
     for encoding in ENCODINGS {
-        let mut collector = Collector::start(&dir, &brokers, encoding, &topics(&run, encoding));
-        collector.ready(&http, &dir, encoding).await;
+        let mut collector = start_collector(&dir, &brokers, encoding, &topics(&run, encoding));
+        collector.ready(&http).await;
         collectors.push(collector);
     }
 

@@ -19,14 +19,13 @@
 //! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use floe_otlp::generate::{Deploy, Generator};
 use rdkafka::producer::FutureRecord;
 
 mod support;
-use support::{python, service, spawn_floe_with, start_catalog, temp_dir, terminate};
+use support::{python, service, start_catalog, temp_dir};
 
 const PARTITIONS: i32 = 4;
 const RECORDS: usize = 800;
@@ -44,8 +43,7 @@ async fn the_red_recipe_equals_duckdb_over_the_landed_spans() {
     let dir = temp_dir("red");
     let (catalog, client) = start_catalog(&dir).await;
     let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
-    let (topic, exchange) = (format!("red-{run}"), format!("red-x-{run}"));
-    let by_trace = format!("red-t-{run}");
+    let topic = format!("red-{run}");
     support::create_topic(&brokers, &topic, PARTITIONS).await;
 
     // Sixteen minutes of traffic, a record every 1.2 s of event time, spread over the
@@ -76,50 +74,10 @@ async fn the_red_recipe_equals_duckdb_over_the_landed_spans() {
         ends.insert(delivery.partition, delivery.offset + 1);
     }
 
-    let job = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../jobs/otlp-red.toml");
-    let text = std::fs::read_to_string(&job)
-        .unwrap()
-        .replace("interval = \"10s\"", "interval = \"1s\"")
-        // A topic of its own (earlier runs on the broker left theirs), read as traces.
-        .replace(
-            "topics = [\"otlp_spans\"]",
-            &format!("topics = [\"{topic}\"]\nsignals = {{ \"{topic}\" = \"traces\" }}\n#"),
-        );
-    let job = dir.join("otlp-red.toml");
-    std::fs::write(&job, text).unwrap();
-    let log = dir.join("floe.log");
     let uri = catalog.uri();
-    let state = dir.join("state");
-    let child = spawn_floe_with(
-        &job,
-        &log,
-        &[
-            ("KAFKA_BROKERS", &brokers),
-            ("FLOE_EXCHANGE_TOPIC", &exchange),
-            ("FLOE_EDGES_TOPIC", &by_trace),
-            ("FLOE_CATALOG_URI", &uri),
-            ("FLOE_NAMESPACE", "red"),
-            ("FLOE_STATE_DIR", state.to_str().unwrap()),
-        ],
-    );
-
-    let job = support::ExchangeJob {
-        brokers: &brokers,
-        namespace: "red",
-        job: "otlp-red",
-        topic: &topic,
-        ends: &ends,
-        exchange: &exchange,
-        log: &log,
-    };
-    support::wait_through_exchange(&client, &job).await;
-    // The input is committed whole by now: the second exchange's ends are final too.
-    let edges_job = support::ExchangeJob {
-        exchange: &by_trace,
-        ..job
-    };
-    support::wait_through_exchange(&client, &edges_job).await;
-    terminate(child);
+    support::RedRecipe::spawn(&dir, &brokers, &topic, &uri, "red")
+        .finish(&client, &brokers, &topic, "red", &ends)
+        .await;
 
     let location = async |table: &str| support::metadata_location(&client, "red", table).await;
     let spans = location("otel_spans").await;
@@ -202,7 +160,11 @@ print(one("SELECT count(*) FROM got"),
         panic!("{out}");
     };
     eprintln!("otel_red_1m: {rows} rows, {errors} errors; otel_slo_status: {slo_rows} rows");
-    assert!(rows > 0, "otel_red_1m is empty; log {}", log.display());
+    assert!(
+        rows > 0,
+        "otel_red_1m is empty; log {}",
+        dir.join("floe.log").display()
+    );
     assert_eq!(
         rows, keys,
         "one row per (window, service, endpoint, version, team)"
@@ -220,7 +182,7 @@ print(one("SELECT count(*) FROM got"),
     assert!(
         slo_rows > 0,
         "otel_slo_status is empty; log {}",
-        log.display()
+        dir.join("floe.log").display()
     );
     assert_eq!(
         (slo_missing, slo_extra),

@@ -32,7 +32,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use floe_core::position_of;
 use floe_lake::rest::CatalogClient;
 use floe_otlp::generate::Generator;
 use rand::{Rng, SeedableRng};
@@ -40,8 +39,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 mod support;
 use support::{
-    anchor_writers, committed, kills, optional_service, python, service, spawn_floe, start_catalog,
-    temp_dir, terminate, wait_for_another_writer,
+    anchor_writers, kills, optional_service, python, service, spawn_floe, start_catalog, temp_dir,
+    terminate, wait_for_another_writer,
 };
 
 const PARTITIONS: i32 = 4;
@@ -198,24 +197,7 @@ impl Fixture {
 
     /// Waits until the scenario's committed positions reach the end of every partition.
     async fn wait_caught_up(&self, s: &Scenario) {
-        let began = Instant::now();
-        loop {
-            let positions = committed(&self.client, s.name, "win").await;
-            if s.ends
-                .iter()
-                .all(|(p, end)| position_of(&positions, &s.topic, *p) == Some(*end))
-            {
-                return;
-            }
-            assert!(
-                began.elapsed() < Duration::from_secs(180),
-                "{}: the job did not catch up: {positions:?} vs {:?}; log: {}",
-                s.name,
-                s.ends,
-                s.log().display()
-            );
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        support::wait_committed(&self.client, (s.name, "win"), &s.topic, &s.ends, &s.log()).await;
     }
 
     /// Waits until `writers` writers (replicas or incarnations) have committed to `s`.

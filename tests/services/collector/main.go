@@ -1,14 +1,17 @@
 // Command floe-otelcol is the OpenTelemetry Collector distribution Floe's tests run as the
 // producer in front of Kafka: the OTLP receiver (gRPC and HTTP), the batch processor and the
-// contrib Kafka exporter — the path users run — built from the Go module proxy at one release
-// (see go.mod) the way the Collector builder (ocb) lays out a distribution.
+// contrib Kafka exporter — the path users run — and the contrib span metrics connector, the
+// Collector's RED, which tests measure Floe's against; built from the Go module proxy at one
+// release (see go.mod) the way the Collector builder (ocb) lays out a distribution.
 package main
 
 import (
 	"log"
 
+	"github.com/open-telemetry/opentelemetry-collector-contrib/connector/spanmetricsconnector"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/kafkaexporter"
 	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/connector"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/provider/envprovider"
 	"go.opentelemetry.io/collector/confmap/provider/fileprovider"
@@ -34,6 +37,11 @@ func components() (otelcol.Factories, error) {
 	if factories.Exporters, err = otelcol.MakeFactoryMap[exporter.Factory](
 		kafkaexporter.NewFactory(),
 		debugexporter.NewFactory(),
+	); err != nil {
+		return factories, err
+	}
+	if factories.Connectors, err = otelcol.MakeFactoryMap[connector.Factory](
+		spanmetricsconnector.NewFactory(),
 	); err != nil {
 		return factories, err
 	}

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use floe_lake::rest::{CatalogClient, CatalogSettings};
 
+pub(crate) mod otelcol;
 pub(crate) mod pg;
 
 /// The value of a service variable from `tests/services/up`, for a test that cannot run
@@ -411,6 +412,117 @@ impl OtlpKafkaJob<'_> {
         )
         .unwrap();
         path.to_path_buf()
+    }
+}
+
+/// Waits until job `job` (its anchor in `namespace`) committed the end of every partition of
+/// `topic` in `ends`. Panics after three minutes, naming the job's log.
+pub(crate) async fn wait_committed(
+    client: &CatalogClient,
+    (namespace, job): (&str, &str),
+    topic: &str,
+    ends: &BTreeMap<i32, i64>,
+    log: &Path,
+) {
+    use floe_core::position_of;
+    let began = Instant::now();
+    loop {
+        let positions = committed(client, namespace, job).await;
+        if ends
+            .iter()
+            .all(|(p, end)| position_of(&positions, topic, *p) == Some(*end))
+        {
+            return;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(180),
+            "{namespace}/{job}: the job did not catch up: {positions:?} vs {ends:?}; log: {}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// The shipped RED recipe (`jobs/otlp-red.toml`) running in `dir`: `floe run` on spans topic
+/// `topic` with 1 s checkpoints, exchange topics of its own (`{topic}-x`, `{topic}-t`), its
+/// tables in `namespace` of the catalog at `catalog`.
+pub(crate) struct RedRecipe {
+    pub floe: Floe,
+    pub log: PathBuf,
+    pub by_service: String,
+    pub by_trace: String,
+}
+
+impl RedRecipe {
+    pub(crate) fn spawn(
+        dir: &Path,
+        brokers: &str,
+        topic: &str,
+        catalog: &str,
+        namespace: &str,
+    ) -> Self {
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../jobs/otlp-red.toml");
+        let text = std::fs::read_to_string(&shipped)
+            .unwrap()
+            .replace("interval = \"10s\"", "interval = \"1s\"")
+            // A topic of its own (earlier runs on the broker left theirs), read as traces.
+            .replace(
+                "topics = [\"otlp_spans\"]",
+                &format!("topics = [\"{topic}\"]\nsignals = {{ \"{topic}\" = \"traces\" }}\n#"),
+            );
+        std::fs::create_dir_all(dir).unwrap();
+        let job = dir.join("otlp-red.toml");
+        std::fs::write(&job, text).unwrap();
+        let log = dir.join("floe.log");
+        let (by_service, by_trace) = (format!("{topic}-x"), format!("{topic}-t"));
+        let state = dir.join("state");
+        let floe = spawn_floe_with(
+            &job,
+            &log,
+            &[
+                ("KAFKA_BROKERS", brokers),
+                ("FLOE_EXCHANGE_TOPIC", &by_service),
+                ("FLOE_EDGES_TOPIC", &by_trace),
+                ("FLOE_CATALOG_URI", catalog),
+                ("FLOE_NAMESPACE", namespace),
+                ("FLOE_STATE_DIR", state.to_str().unwrap()),
+            ],
+        );
+        Self {
+            floe,
+            log,
+            by_service,
+            by_trace,
+        }
+    }
+
+    /// Waits until the recipe committed the input up to `ends` and both exchanges after it,
+    /// then stops it.
+    pub(crate) async fn finish(
+        self,
+        client: &CatalogClient,
+        brokers: &str,
+        topic: &str,
+        namespace: &str,
+        ends: &BTreeMap<i32, i64>,
+    ) {
+        let job = ExchangeJob {
+            brokers,
+            namespace,
+            job: "otlp-red",
+            topic,
+            ends,
+            exchange: &self.by_service,
+            log: &self.log,
+        };
+        wait_through_exchange(client, &job).await;
+        // The input is committed whole by now: the second exchange's ends are final too.
+        let by_trace = ExchangeJob {
+            exchange: &self.by_trace,
+            ..job
+        };
+        wait_through_exchange(client, &by_trace).await;
+        terminate(self.floe);
     }
 }
 
