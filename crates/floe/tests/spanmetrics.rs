@@ -15,7 +15,6 @@
 //! Needs `FLOE_TEST_OTELCOL`, `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from
 //! `tests/services/up`).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -26,8 +25,6 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, TracesData};
 use prost::Message;
 use rand::Rng;
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 
 mod support;
 use support::otelcol::Collector;
@@ -84,28 +81,6 @@ fn clock_spans(at_ns: u64, count: usize) -> Record {
     }
 }
 
-/// The end offset of every partition of `topic`.
-fn ends(brokers: &str, topic: &str) -> BTreeMap<i32, i64> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", "floe-test-ends")
-        .create()
-        .unwrap();
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .unwrap();
-    metadata.topics()[0]
-        .partitions()
-        .iter()
-        .map(|p| {
-            let (_, high) = consumer
-                .fetch_watermarks(topic, p.id(), Duration::from_secs(10))
-                .unwrap();
-            (p.id(), high)
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn floes_red_counts_what_the_collectors_span_metrics_count() {
@@ -157,7 +132,7 @@ async fn floes_red_counts_what_the_collectors_span_metrics_count() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     collector.stop();
 
-    let spans_ends = ends(&brokers, &spans_topic);
+    let spans_ends = support::topic_ends(&brokers, &spans_topic);
     assert_eq!(
         spans_ends.values().filter(|end| **end > 0).count(),
         PARTITIONS as usize,
@@ -180,7 +155,7 @@ async fn floes_red_counts_what_the_collectors_span_metrics_count() {
     let metrics = spawn_floe(&metrics_job, &metrics_dir.join("floe.log"));
     red.finish(&client, &brokers, &spans_topic, "sm", &spans_ends)
         .await;
-    let metrics_ends = ends(&brokers, &metrics_topic);
+    let metrics_ends = support::topic_ends(&brokers, &metrics_topic);
     let metrics_log = metrics_dir.join("floe.log");
     support::wait_committed(
         &client,
