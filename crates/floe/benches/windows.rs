@@ -40,8 +40,8 @@ use floe_lake::rest::CatalogClient;
 
 mod common;
 use common::{
-    connect, cpu_seconds, peak_rss_mib, produce_spans, release_bin, spans_job_file, start_catalog,
-    wait_committed,
+    connect, cpu_seconds, peak_rss_mib, produce_spans, spans_job_file, spawn_release_floe,
+    start_catalog, stop, wait_committed,
 };
 
 #[global_allocator]
@@ -109,26 +109,7 @@ fn job_file(dir: &Path, name: &str, brokers: &str, topic: &str, uri: &str, extra
 }
 
 fn spawn(job: &Job) -> Child {
-    Command::new(release_bin("floe"))
-        .args(["run", job.path.to_str().unwrap()])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&job.log)
-                .unwrap(),
-        )
-        .spawn()
-        .expect("cargo build --release -p floe first")
-}
-
-fn stop(mut child: Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
+    spawn_release_floe(&job.path, &job.log, &[]).into_child()
 }
 
 /// Runs `job` until it committed `ends`: (seconds, CPU seconds, peak RSS MiB), and the

@@ -21,6 +21,21 @@ pub(crate) fn release_bin(name: &str) -> PathBuf {
     PathBuf::from(target).join("release").join(name)
 }
 
+/// The release `floe run JOB` with `env` set, its log appended to `log`.
+pub(crate) fn spawn_release_floe(job: &Path, log: &Path, env: &[(&str, &str)]) -> support::Floe {
+    let floe = release_bin("floe");
+    assert!(floe.exists(), "cargo build --release -p floe first");
+    support::spawn_run(&floe, job, log, env, &[])
+}
+
+/// SIGTERM (a job's final checkpoint), then waits for the process.
+pub(crate) fn stop(mut child: Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
 /// The tests' helpers (service variables, DuckDB read-back, Postgres sessions, free ports).
 #[path = "../../tests/support/mod.rs"]
 pub(crate) mod support;

@@ -125,6 +125,13 @@ pub(crate) struct Floe {
     log: PathBuf,
 }
 
+impl Floe {
+    /// The process, for a caller that stops it its own way.
+    pub(crate) fn into_child(self) -> std::process::Child {
+        self.child
+    }
+}
+
 impl std::ops::Deref for Floe {
     type Target = std::process::Child;
     fn deref(&self) -> &std::process::Child {

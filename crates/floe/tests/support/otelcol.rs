@@ -44,6 +44,11 @@ impl Collector {
         }
     }
 
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits until the OTLP/HTTP receiver answers an empty export.
     pub(crate) async fn ready(&mut self, http: &reqwest::Client) {
         let began = Instant::now();

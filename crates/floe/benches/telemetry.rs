@@ -1,0 +1,333 @@
+//! The telemetry recipe's benchmark harness: `cargo bench -p floe --bench telemetry`.
+//!
+//! With services from `tests/services/up` (Kafka, and the Collector for (e)), the release
+//! `floe` and `floe-catalog` (`cargo build --release -p floe -p floe-catalog`), on the same
+//! produced spans (two partitions, 10 s checkpoints, each job in its own namespace and
+//! consumer group), each job timed from its start until its committed positions reach the end
+//! of the input and of every exchange topic it writes:
+//!
+//! * (a) the OTLP job landing spans, no operators — the baseline;
+//! * (b) the shipped RED recipe, `jobs/otlp-red.toml` as users run it: spans landed, RED per
+//!   minute, two SLOs, deploy regressions behind an exchange by service, and the service map
+//!   behind a second exchange by trace id; target (b)/(a) ≥ 0.6;
+//! * (c) the exchange alone: (a) plus every span re-keyed by trace id through a 12-partition
+//!   topic and read back — rows and records through the topic per second and per CPU-second,
+//!   and (c)/(a);
+//! * (d) Floe's RED alone (the recipe's requests, exchange and 1-minute window; spans not
+//!   landed) against (e) the OpenTelemetry Collector's span metrics connector counting the
+//!   same spans, received over OTLP/HTTP: spans per CPU-second of each process (Kafka's and
+//!   the sender's CPU not counted on either side).
+//!
+//! `FLOE_BENCH_SPANS` sets the volume (default 2,000,000). (e) needs `FLOE_TEST_OTELCOL`; it
+//! is skipped without it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use floe_lake::rest::CatalogClient;
+
+mod common;
+use common::support::{ExchangeJob, terminate, topic_ends, wait_through_exchange};
+use common::{
+    connect, cpu_seconds, peak_rss_mib, produce_spans, spans_job_file, spawn_release_floe,
+    start_catalog, wait_committed,
+};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const SPANS_PER_RECORD: usize = 1000;
+const PARTITIONS: i32 = 2;
+
+/// (c): every span through an exchange by trace id, read back, not landed again.
+const EXCHANGE_ONLY: &str = r#"
+[[operators]]
+id = "edge_spans"
+kind = "select"
+input = "spans"
+columns = ["ts", "trace_id", "span_id", "parent_span_id", "service_name", "duration_ns", "kafka_offset", "kafka_item"]
+
+[[operators]]
+id = "by_trace"
+kind = "exchange"
+input = "edge_spans"
+key = ["trace_id"]
+partitions = 12
+topic = "${FLOE_EDGES_TOPIC}"
+
+[tables.edge_spans]
+land = false
+
+[tables.by_trace]
+land = false
+"#;
+
+/// (d): the recipe's RED alone.
+const RED_ONLY: &str = r#"
+[[operators]]
+id = "requests"
+kind = "select"
+input = "spans"
+where = "span_kind IN ('SERVER', 'CONSUMER') OR is_root"
+columns = ["ts", "service_name", "span_name", "coalesce(service_version, '') AS service_version", "coalesce(team, '') AS team", "duration_ns", "CASE WHEN status_code = 'ERROR' THEN 1 ELSE 0 END AS error", "kafka_offset", "kafka_item"]
+
+[[operators]]
+id = "by_service"
+kind = "exchange"
+input = "requests"
+key = ["service_name"]
+partitions = 12
+topic = "${FLOE_EXCHANGE_TOPIC}"
+
+[streams.by_service]
+out_of_orderness = "5s"
+
+[[operators]]
+id = "red_1m"
+kind = "window"
+input = "by_service"
+window = { type = "tumbling", size = "1m" }
+key = ["service_name", "span_name", "service_version", "team"]
+allowed_lateness = "1m"
+aggregates = { requests = "count()", errors = "sum(error)", p50_ns = "quantile(duration_ns, 0.5)", p95_ns = "quantile(duration_ns, 0.95)", p99_ns = "quantile(duration_ns, 0.99)" }
+
+[tables.spans]
+land = false
+
+[tables.requests]
+land = false
+
+[tables.by_service]
+land = false
+"#;
+
+/// The Collector for (e): OTLP/HTTP in, the span metrics connector, its metrics to the debug
+/// exporter (counted, not printed).
+const COLLECTOR: &str = r#"
+receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: ${env:OTLP_HTTP_ENDPOINT}
+connectors:
+  span_metrics:
+    metrics_flush_interval: 15s
+exporters:
+  debug:
+    verbosity: basic
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    traces:
+      receivers: [otlp]
+      exporters: [span_metrics]
+    metrics:
+      receivers: [span_metrics]
+      exporters: [debug]
+"#;
+
+/// What one run of a job took.
+struct Run {
+    seconds: f64,
+    cpu: f64,
+    rss: f64,
+}
+
+impl Run {
+    fn row(&self, label: &str, spans: usize) {
+        println!(
+            "{label:<62} {:>10.0} {:>12.0} {:>9.0}",
+            spans as f64 / self.seconds,
+            spans as f64 / self.cpu.max(0.01),
+            self.rss
+        );
+    }
+}
+
+/// The operators and tables of the shipped recipe: everything from its first operator on.
+fn shipped_recipe() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../jobs/otlp-red.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let at = text
+        .find("[[operators]]")
+        .expect("the recipe has operators");
+    text[at..].to_string()
+}
+
+struct Bench {
+    client: CatalogClient,
+    dir: PathBuf,
+    brokers: String,
+    topic: String,
+    uri: String,
+    ends: BTreeMap<i32, i64>,
+}
+
+impl Bench {
+    /// Runs job `name` (the spans job with `extra`) until it committed the input and the end of
+    /// each of `exchanges` (set in its environment as `FLOE_EXCHANGE_TOPIC` and
+    /// `FLOE_EDGES_TOPIC`), then stops it.
+    async fn run(&self, name: &str, extra: &str, exchanges: &[(&str, String)]) -> Run {
+        let job = spans_job_file(
+            &self.dir,
+            name,
+            name,
+            (&self.brokers, &self.topic),
+            &self.uri,
+            extra,
+        );
+        let log = self.dir.join(format!("{name}.log"));
+        let env: Vec<(&str, &str)> = exchanges.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let began = Instant::now();
+        let floe = spawn_release_floe(&job, &log, &env);
+        let ends: Vec<i64> = self.ends.values().copied().collect();
+        wait_committed(&self.client, name, name, &self.topic, &ends).await;
+        for (_, exchange) in exchanges {
+            let watched = ExchangeJob {
+                brokers: &self.brokers,
+                namespace: name,
+                job: name,
+                topic: &self.topic,
+                ends: &self.ends,
+                exchange,
+                log: &log,
+            };
+            wait_through_exchange(&self.client, &watched).await;
+        }
+        let run = Run {
+            seconds: began.elapsed().as_secs_f64(),
+            cpu: cpu_seconds(floe.id()),
+            rss: peak_rss_mib(floe.id()),
+        };
+        terminate(floe);
+        run
+    }
+}
+
+/// (e): the Collector's span metrics connector on `payloads`, sent over OTLP/HTTP one record
+/// at a time; `None` without `FLOE_TEST_OTELCOL`.
+async fn collector(dir: &Path, payloads: &[Vec<u8>]) -> Option<Run> {
+    use common::support::otelcol::Collector;
+    std::env::var("FLOE_TEST_OTELCOL").ok()?;
+    let config = dir.join("collector.yaml");
+    std::fs::write(&config, COLLECTOR).unwrap();
+    let mut collector = Collector::start(&config, &[], &[], &dir.join("collector.log"));
+    let http = reqwest::Client::new();
+    collector.ready(&http).await;
+    let pid = collector.pid();
+    let (cpu_before, began) = (cpu_seconds(pid), Instant::now());
+    for payload in payloads {
+        let record = floe_otlp::generate::Record {
+            signal: floe_otlp::Signal::Traces,
+            bytes: payload.clone(),
+            items: SPANS_PER_RECORD,
+        };
+        collector.send(&http, &record).await;
+    }
+    let run = Run {
+        seconds: began.elapsed().as_secs_f64(),
+        cpu: cpu_seconds(pid) - cpu_before,
+        rss: peak_rss_mib(pid),
+    };
+    collector.stop();
+    Some(run)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let Ok(brokers) = std::env::var("FLOE_TEST_KAFKA_BROKERS") else {
+        eprintln!("telemetry bench: needs FLOE_TEST_KAFKA_BROKERS (tests/services/up)");
+        return;
+    };
+    let spans = std::env::var("FLOE_BENCH_SPANS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000_000usize);
+    let records = spans.div_ceil(SPANS_PER_RECORD);
+    let spans = records * SPANS_PER_RECORD;
+    let dir = std::env::temp_dir().join(format!("floe-bench-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    let topic = format!("bench_telemetry_{run_id}");
+    let payloads = produce_spans(&brokers, &topic, PARTITIONS, records, SPANS_PER_RECORD).await;
+    println!("produced {spans} spans in {records} records on {PARTITIONS} partitions");
+    let catalog = start_catalog(&dir);
+    let bench = Bench {
+        client: connect(&catalog).await,
+        ends: topic_ends(&brokers, &topic),
+        dir: dir.clone(),
+        brokers: brokers.clone(),
+        topic,
+        uri: catalog.uri.clone(),
+    };
+    let exchange = |name: &str| format!("bench_{name}_{run_id}");
+
+    let plain = bench.run("plain", "", &[]).await;
+    let recipe = bench
+        .run(
+            "recipe",
+            &shipped_recipe(),
+            &[
+                ("FLOE_EXCHANGE_TOPIC", exchange("recipe_service")),
+                ("FLOE_EDGES_TOPIC", exchange("recipe_trace")),
+            ],
+        )
+        .await;
+    let through = exchange("through");
+    let exchanged = bench
+        .run(
+            "exchanged",
+            EXCHANGE_ONLY,
+            &[("FLOE_EDGES_TOPIC", through.clone())],
+        )
+        .await;
+    let exchange_records: i64 = topic_ends(&brokers, &through).values().sum();
+    let red = bench
+        .run(
+            "red",
+            RED_ONLY,
+            &[("FLOE_EXCHANGE_TOPIC", exchange("red_service"))],
+        )
+        .await;
+    let collector = collector(&dir, &payloads).await;
+
+    println!(
+        "\n{:<62} {:>10} {:>12} {:>9}",
+        "job", "spans/s", "spans/cpu-s", "RSS MiB"
+    );
+    plain.row("(a) OTLP job, spans landed, no operators", spans);
+    recipe.row(
+        "(b) jobs/otlp-red.toml: RED, SLOs, regressions, service map",
+        spans,
+    );
+    exchanged.row(
+        "(c) (a) + every span through an exchange by trace id",
+        spans,
+    );
+    red.row("(d) Floe's RED alone (spans not landed)", spans);
+    if let Some(c) = &collector {
+        c.row("(e) Collector span metrics connector, OTLP/HTTP", spans);
+    }
+    println!(
+        "(b)/(a) = {:.2} (target ≥ 0.60); (c)/(a) = {:.2}",
+        plain.seconds / recipe.seconds,
+        plain.seconds / exchanged.seconds
+    );
+    println!(
+        "exchange (c): {spans} rows in {exchange_records} records, {:.0} rows/s, {:.0} rows per \
+         CPU-second of the job",
+        spans as f64 / exchanged.seconds,
+        spans as f64 / exchanged.cpu.max(0.01)
+    );
+    match &collector {
+        Some(c) => println!(
+            "spans per CPU-second (d)/(e) = {:.2} (Floe's RED over the Collector's)",
+            c.cpu / red.cpu.max(0.01)
+        ),
+        None => println!("(e) skipped: FLOE_TEST_OTELCOL is not set"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
