@@ -18,6 +18,8 @@
 //!   same spans, received over OTLP/HTTP: spans per CPU-second of each process (Kafka's and
 //!   the sender's CPU not counted on either side).
 //!
+//! * (f) (c) and the service map operator on the exchanged spans: the map's own cost.
+//!
 //! `FLOE_BENCH_SPANS` sets the volume (default 2,000,000). (e) needs `FLOE_TEST_OTELCOL`; it
 //! is skipped without it.
 
@@ -46,7 +48,7 @@ const EXCHANGE_ONLY: &str = r#"
 id = "edge_spans"
 kind = "select"
 input = "spans"
-columns = ["ts", "trace_id", "span_id", "parent_span_id", "service_name", "duration_ns", "kafka_offset", "kafka_item"]
+columns = ["ts", "trace_id", "span_id", "parent_span_id", "service_name", "duration_ns", "CASE WHEN status_code = 'ERROR' THEN 1 ELSE 0 END AS error", "kafka_offset", "kafka_item"]
 
 [[operators]]
 id = "by_trace"
@@ -61,6 +63,21 @@ land = false
 
 [tables.by_trace]
 land = false
+"#;
+
+/// (f): (c) and the service map on the exchanged spans.
+const EDGES: &str = r#"
+[streams.by_trace]
+out_of_orderness = "5s"
+
+[[operators]]
+id = "service_edges"
+kind = "edges"
+input = "by_trace"
+allowed_lateness = "1m"
+
+[tables.service_edges]
+name = "otel_service_edges"
 "#;
 
 /// (d): the recipe's RED alone.
@@ -285,6 +302,13 @@ async fn main() {
         )
         .await;
     let exchange_records: i64 = topic_ends(&brokers, &through).values().sum();
+    let edges = bench
+        .run(
+            "edges",
+            &format!("{EXCHANGE_ONLY}{EDGES}"),
+            &[("FLOE_EDGES_TOPIC", exchange("edges_trace"))],
+        )
+        .await;
     let red = bench
         .run(
             "red",
@@ -308,6 +332,7 @@ async fn main() {
         spans,
     );
     red.row("(d) Floe's RED alone (spans not landed)", spans);
+    edges.row("(f) (c) + the service map on the exchanged spans", spans);
     if let Some(c) = &collector {
         c.row("(e) Collector span metrics connector, OTLP/HTTP", spans);
     }
