@@ -44,7 +44,7 @@ use floe_core::{StreamBatch, StreamSpec};
 
 use crate::aggregate::{AggKind, Aggregate};
 use crate::codec::{Reader, Writer, integer_at};
-use crate::minutes::{MINUTE, require_exchange_by};
+use crate::minutes::{MINUTE, RequestColumns, checked_input, integers_of, strings_of};
 use crate::timers::EXPIRY;
 use crate::window::{Window, WindowKind, WindowSpec, event_times, iceberg_schema, timestamp};
 use crate::{Context, OpError, OpResult, Operator, OperatorStats};
@@ -227,56 +227,22 @@ impl std::fmt::Debug for Edges {
 impl Edges {
     /// An `edges` operator over `input`; `Err` says what is wrong with the configuration.
     pub fn new(spec: EdgesSpec, input: &StreamSpec) -> Result<Self, String> {
-        if input.changelog {
-            return Err(format!(
-                "stream {} is a changelog; the service map reads spans",
-                input.name
-            ));
-        }
-        require_exchange_by(input, &["trace_id".to_string()], "the service map")?;
-        if input.time_column.as_deref() != Some(spec.time_column.as_str()) {
-            return Err(format!(
-                "stream {} is read back from an exchange, whose rows carry the clock of its \
-                 time column {:?}: the service map uses that column, not {}",
-                input.name, input.time_column, spec.time_column
-            ));
-        }
-        let iceberg = input
-            .schema
-            .as_ref()
-            .ok_or_else(|| format!("the columns of stream {} are not known yet", input.name))?;
-        let arrow = iceberg::arrow::schema_to_arrow_schema(iceberg).map_err(|e| e.to_string())?;
-        let field = |name: &str| {
-            arrow
-                .field_with_name(name)
-                .map_err(|_| format!("stream {} has no column {name}", input.name))
-        };
-        field(&spec.time_column)?;
-        for column in SPAN_COLUMNS
+        let strings: Vec<&str> = SPAN_COLUMNS
             .iter()
             .copied()
             .chain([spec.service_column.as_str()])
-        {
-            if !matches!(
-                field(column)?.data_type(),
-                DataType::Utf8 | DataType::LargeUtf8
-            ) {
-                return Err(format!("column {column} is not a string"));
-            }
-        }
-        let ty = field(&spec.error_column)?.data_type();
-        if !(ty.is_integer() || *ty == DataType::Boolean) {
-            return Err(format!(
-                "the error column {} is {ty}, not an integer or a boolean",
-                spec.error_column
-            ));
-        }
-        if !field(&spec.duration_column)?.data_type().is_integer() {
-            return Err(format!(
-                "the duration column {} is not an integer of nanoseconds",
-                spec.duration_column
-            ));
-        }
+            .collect();
+        checked_input(
+            input,
+            &["trace_id".to_string()],
+            "the service map",
+            &RequestColumns {
+                time: &spec.time_column,
+                strings: &strings,
+                error: Some(&spec.error_column),
+                duration: Some(&spec.duration_column),
+            },
+        )?;
         let inner = Arc::new(Schema::new(vec![
             Field::new(&spec.time_column, timestamp(), false),
             Field::new("caller_service", DataType::Utf8, false),
@@ -390,25 +356,11 @@ impl Edges {
     /// The edges rows `rows` of partition `p` make, fed to the window.
     fn on_rows(&mut self, ctx: &mut Context<'_>, p: u32, rows: &RecordBatch) -> OpResult<()> {
         let times = event_times(rows, &self.spec.time_column).map_err(|e| self.invalid(e))?;
-        let strings = |name: &str| -> OpResult<StringArray> {
-            let c = rows
-                .column_by_name(name)
-                .ok_or_else(|| self.invalid(format!("no column {name}")))?;
-            let c =
-                arrow_cast::cast(c, &DataType::Utf8).map_err(|e| self.invalid(e.to_string()))?;
-            Ok(c.as_any()
-                .downcast_ref::<StringArray>()
-                .cloned()
-                .expect("cast to Utf8"))
-        };
+        let strings = |name: &str| strings_of(rows, name).map_err(|e| self.invalid(e));
         let [traces, spans, parents] = SPAN_COLUMNS.map(strings);
         let (traces, spans, parents) = (traces?, spans?, parents?);
         let services = strings(&self.spec.service_column)?;
-        let integers = |name: &str| {
-            rows.column_by_name(name)
-                .map(|c| arrow_cast::cast(c, &DataType::Int64).unwrap_or_else(|_| c.clone()))
-                .ok_or_else(|| self.invalid(format!("no column {name}")))
-        };
+        let integers = |name: &str| integers_of(rows, name).map_err(|e| self.invalid(e));
         let errors = integers(&self.spec.error_column)?;
         let durations = integers(&self.spec.duration_column)?;
         let clocks = rows

@@ -14,8 +14,8 @@
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, Int64Array, RecordBatch, UInt32Array};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray, UInt32Array};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use floe_core::exchange::{SOURCE_CLOCK_COLUMN, exchange_key, is_exchanged, is_one_partition};
 use floe_core::{StreamBatch, StreamSpec};
 
@@ -62,6 +62,98 @@ pub(crate) fn require_exchange_by(
             input.name, allowed[0], allowed[0]
         )),
     }
+}
+
+/// The columns an operator over exchanged requests reads, by the names it was given.
+pub(crate) struct RequestColumns<'a> {
+    /// The event time.
+    pub time: &'a str,
+    /// Columns that must be strings (service, endpoint, version, ids).
+    pub strings: &'a [&'a str],
+    /// The column that is non-zero for a failure: an integer or a boolean.
+    pub error: Option<&'a str>,
+    /// The duration in ns: an integer.
+    pub duration: Option<&'a str>,
+}
+
+/// The Arrow schema of `input`, once it is what `what` needs: an append stream, read back
+/// from an exchange keyed by a subset of `keys` ([`require_exchange_by`]), timed by its own
+/// time column, and holding `columns` of the right types.
+pub(crate) fn checked_input(
+    input: &StreamSpec,
+    keys: &[String],
+    what: &str,
+    columns: &RequestColumns<'_>,
+) -> Result<SchemaRef, String> {
+    if input.changelog {
+        return Err(format!(
+            "stream {} is a changelog; {what} reads an append stream",
+            input.name
+        ));
+    }
+    require_exchange_by(input, keys, what)?;
+    if input.time_column.as_deref() != Some(columns.time) {
+        return Err(format!(
+            "stream {} is read back from an exchange, whose rows carry the clock of its time \
+             column {:?}: {what} uses that column, not {}",
+            input.name, input.time_column, columns.time
+        ));
+    }
+    let iceberg = input
+        .schema
+        .as_ref()
+        .ok_or_else(|| format!("the columns of stream {} are not known yet", input.name))?;
+    let arrow: SchemaRef =
+        Arc::new(iceberg::arrow::schema_to_arrow_schema(iceberg).map_err(|e| e.to_string())?);
+    let field = |name: &str| {
+        arrow
+            .field_with_name(name)
+            .map(|f| f.data_type().clone())
+            .map_err(|_| format!("stream {} has no column {name}", input.name))
+    };
+    field(columns.time)?;
+    for column in columns.strings {
+        if !matches!(field(column)?, DataType::Utf8 | DataType::LargeUtf8) {
+            return Err(format!("column {column} is not a string"));
+        }
+    }
+    if let Some(column) = columns.error {
+        let ty = field(column)?;
+        if !(ty.is_integer() || ty == DataType::Boolean) {
+            return Err(format!(
+                "the error column {column} is {ty}, not an integer or a boolean"
+            ));
+        }
+    }
+    if let Some(column) = columns.duration
+        && !field(column)?.is_integer()
+    {
+        return Err(format!(
+            "the duration column {column} is not an integer of nanoseconds"
+        ));
+    }
+    Ok(arrow)
+}
+
+/// Column `name` of `rows` as strings.
+pub(crate) fn strings_of(rows: &RecordBatch, name: &str) -> Result<StringArray, String> {
+    let column = rows
+        .column_by_name(name)
+        .ok_or_else(|| format!("no column {name}"))?;
+    let column = arrow_cast::cast(column, &DataType::Utf8).map_err(|e| e.to_string())?;
+    Ok(column
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .cloned()
+        .expect("cast to Utf8"))
+}
+
+/// Column `name` of `rows` as 64-bit integers (a boolean as 0 or 1), or as it is where it
+/// cannot be cast.
+pub(crate) fn integers_of(rows: &RecordBatch, name: &str) -> Result<ArrayRef, String> {
+    rows.column_by_name(name)
+        .map(|c| arrow_cast::cast(c, &DataType::Int64).unwrap_or_else(|_| c.clone()))
+        .ok_or_else(|| format!("no column {name}"))
 }
 
 /// The rows of `rows` at `take` for [`Minutes`]: the time column, then `columns` (one value

@@ -52,7 +52,8 @@ use floe_sketch::QuantileSketch;
 use crate::aggregate::{AggKind, Aggregate};
 use crate::codec::{Reader, Writer, integer_at, sortable};
 use crate::minutes::{
-    Closed, MINUTE, Minutes, ROW_COLUMN, inner_rows, late_input_rows, require_exchange_by,
+    Closed, MINUTE, Minutes, ROW_COLUMN, RequestColumns, checked_input, inner_rows, integers_of,
+    late_input_rows, strings_of,
 };
 use crate::window::{event_times, iceberg_schema, late_stream, timestamp};
 use crate::{Context, OpError, OpResult, Operator, OperatorStats};
@@ -357,57 +358,22 @@ pub fn error_rate_p_value(old: (u64, u64), new: (u64, u64)) -> f64 {
 impl Regression {
     /// A `regression` operator over `input`; `Err` says what is wrong with the configuration.
     pub fn new(spec: RegressionSpec, input: &StreamSpec) -> Result<Self, String> {
-        if input.changelog {
-            return Err(format!(
-                "stream {} is a changelog; deploy regressions count requests of an append stream",
-                input.name
-            ));
-        }
-        require_exchange_by(
+        let arrow = checked_input(
             input,
             std::slice::from_ref(&spec.service_column),
             "a deploy's comparison",
+            &RequestColumns {
+                time: &spec.time_column,
+                strings: &[&spec.service_column, &spec.version_column],
+                error: Some(&spec.error_column),
+                duration: Some(&spec.duration_column),
+            },
         )?;
-        if input.time_column.as_deref() != Some(spec.time_column.as_str()) {
-            return Err(format!(
-                "stream {} is read back from an exchange, whose rows carry the clock of its \
-                 time column {:?}: regressions use that column, not {}",
-                input.name, input.time_column, spec.time_column
-            ));
-        }
-        let iceberg = input
-            .schema
-            .as_ref()
-            .ok_or_else(|| format!("the columns of stream {} are not known yet", input.name))?;
-        let arrow: SchemaRef =
-            Arc::new(iceberg::arrow::schema_to_arrow_schema(iceberg).map_err(|e| e.to_string())?);
-        let field = |name: &str| {
-            arrow
-                .field_with_name(name)
-                .map_err(|_| format!("stream {} has no column {name}", input.name))
-        };
-        let time_type = field(&spec.time_column)?.data_type().clone();
-        for column in [&spec.service_column, &spec.version_column] {
-            if !matches!(
-                field(column)?.data_type(),
-                DataType::Utf8 | DataType::LargeUtf8
-            ) {
-                return Err(format!("column {column} is not a string"));
-            }
-        }
-        let ty = field(&spec.error_column)?.data_type();
-        if !(ty.is_integer() || *ty == DataType::Boolean) {
-            return Err(format!(
-                "the error column {} is {ty}, not an integer or a boolean",
-                spec.error_column
-            ));
-        }
-        if !field(&spec.duration_column)?.data_type().is_integer() {
-            return Err(format!(
-                "the duration column {} is not an integer of nanoseconds",
-                spec.duration_column
-            ));
-        }
+        let time_type = arrow
+            .field_with_name(&spec.time_column)
+            .map_err(|e| e.to_string())?
+            .data_type()
+            .clone();
         let inner = Schema::new(vec![
             Field::new(&spec.time_column, time_type, false),
             Field::new(INNER_COLUMNS[0], DataType::Utf8, false),
@@ -498,26 +464,12 @@ impl Regression {
         rows: &RecordBatch,
     ) -> OpResult<Option<RecordBatch>> {
         let times = event_times(rows, &self.spec.time_column).map_err(|e| self.invalid(e))?;
-        let strings = |name: &str| -> OpResult<StringArray> {
-            let c = rows
-                .column_by_name(name)
-                .ok_or_else(|| self.invalid(format!("no column {name}")))?;
-            let c =
-                arrow_cast::cast(c, &DataType::Utf8).map_err(|e| self.invalid(e.to_string()))?;
-            Ok(c.as_any()
-                .downcast_ref::<StringArray>()
-                .cloned()
-                .expect("cast to Utf8"))
-        };
+        let strings = |name: &str| strings_of(rows, name).map_err(|e| self.invalid(e));
         let services = strings(&self.spec.service_column)?;
         let versions = strings(&self.spec.version_column)?;
-        let column = |name: &str| {
-            rows.column_by_name(name)
-                .map(|c| arrow_cast::cast(c, &DataType::Int64).unwrap_or_else(|_| c.clone()))
-                .ok_or_else(|| self.invalid(format!("no column {name}")))
-        };
-        let errors = column(&self.spec.error_column)?;
-        let durations = column(&self.spec.duration_column)?;
+        let integers = |name: &str| integers_of(rows, name).map_err(|e| self.invalid(e));
+        let errors = integers(&self.spec.error_column)?;
+        let durations = integers(&self.spec.duration_column)?;
         let mut take = Vec::new();
         let (mut service, mut version) = (StringBuilder::new(), StringBuilder::new());
         let (mut error, mut duration) = (Int64Builder::new(), Int64Builder::new());

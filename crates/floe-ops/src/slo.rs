@@ -48,7 +48,8 @@ use floe_core::{StreamBatch, StreamSpec};
 use crate::aggregate::{AggKind, Aggregate};
 use crate::codec::{Reader, Writer, integer_at, sortable};
 use crate::minutes::{
-    Closed, MINUTE, Minutes, ROW_COLUMN, inner_rows, late_input_rows, require_exchange_by,
+    Closed, MINUTE, Minutes, ROW_COLUMN, RequestColumns, checked_input, inner_rows,
+    late_input_rows, strings_of,
 };
 use crate::window::{event_times, iceberg_schema, late_stream, timestamp};
 use crate::{Context, OpError, OpResult, Operator, OperatorStats};
@@ -278,65 +279,32 @@ pub fn alert_factor(share: f64, period_minutes: i64, long_minutes: i64) -> f64 {
 impl Slo {
     /// An `slo` operator over `input`; `Err` says what is wrong with the configuration.
     pub fn new(spec: SloSpec, input: &StreamSpec) -> Result<Self, String> {
-        if input.changelog {
-            return Err(format!(
-                "stream {} is a changelog; SLOs count requests of an append stream",
-                input.name
-            ));
-        }
         let needed = if spec.objectives.iter().all(|o| o.endpoint.is_some()) {
             vec![spec.service_column.clone(), spec.endpoint_column.clone()]
         } else {
             vec![spec.service_column.clone()]
         };
-        require_exchange_by(input, &needed, "an objective")?;
-        if input.time_column.as_deref() != Some(spec.time_column.as_str()) {
-            return Err(format!(
-                "stream {} is read back from an exchange, whose rows carry the clock of its \
-                 time column {:?}: SLOs use that column, not {}",
-                input.name, input.time_column, spec.time_column
-            ));
-        }
-        let iceberg = input
-            .schema
-            .as_ref()
-            .ok_or_else(|| format!("the columns of stream {} are not known yet", input.name))?;
-        let arrow: SchemaRef =
-            Arc::new(iceberg::arrow::schema_to_arrow_schema(iceberg).map_err(|e| e.to_string())?);
-        let field = |name: &str| {
-            arrow
-                .field_with_name(name)
-                .map_err(|_| format!("stream {} has no column {name}", input.name))
-        };
-        let time_type = field(&spec.time_column)?.data_type().clone();
-        for column in [&spec.service_column, &spec.endpoint_column] {
-            if !matches!(
-                field(column)?.data_type(),
-                DataType::Utf8 | DataType::LargeUtf8
-            ) {
-                return Err(format!("column {column} is not a string"));
-            }
-        }
-        if spec.objectives.iter().any(|o| o.sli == Sli::Availability) {
-            let ty = field(&spec.error_column)?.data_type();
-            if !(ty.is_integer() || *ty == DataType::Boolean) {
-                return Err(format!(
-                    "the error column {} is {ty}, not an integer or a boolean",
-                    spec.error_column
-                ));
-            }
-        }
-        if spec
+        let availability = spec.objectives.iter().any(|o| o.sli == Sli::Availability);
+        let latency = spec
             .objectives
             .iter()
-            .any(|o| matches!(o.sli, Sli::Latency { .. }))
-            && !field(&spec.duration_column)?.data_type().is_integer()
-        {
-            return Err(format!(
-                "the duration column {} is not an integer of nanoseconds",
-                spec.duration_column
-            ));
-        }
+            .any(|o| matches!(o.sli, Sli::Latency { .. }));
+        let arrow = checked_input(
+            input,
+            &needed,
+            "an objective",
+            &RequestColumns {
+                time: &spec.time_column,
+                strings: &[&spec.service_column, &spec.endpoint_column],
+                error: availability.then_some(spec.error_column.as_str()),
+                duration: latency.then_some(spec.duration_column.as_str()),
+            },
+        )?;
+        let time_type = arrow
+            .field_with_name(&spec.time_column)
+            .map_err(|e| e.to_string())?
+            .data_type()
+            .clone();
 
         // Counts (time, objective, good) rows a minute at a time.
         let inner = Schema::new(vec![
@@ -456,17 +424,7 @@ impl Slo {
         rows: &RecordBatch,
     ) -> OpResult<Option<RecordBatch>> {
         let times = event_times(rows, &self.spec.time_column).map_err(|e| self.invalid(e))?;
-        let strings = |name: &str| -> OpResult<StringArray> {
-            let c = rows
-                .column_by_name(name)
-                .ok_or_else(|| self.invalid(format!("no column {name}")))?;
-            let c =
-                arrow_cast::cast(c, &DataType::Utf8).map_err(|e| self.invalid(e.to_string()))?;
-            Ok(c.as_any()
-                .downcast_ref::<StringArray>()
-                .cloned()
-                .expect("cast to Utf8"))
-        };
+        let strings = |name: &str| strings_of(rows, name).map_err(|e| self.invalid(e));
         let services = strings(&self.spec.service_column)?;
         let endpoints = strings(&self.spec.endpoint_column)?;
         let errors = rows
