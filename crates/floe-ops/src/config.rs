@@ -413,6 +413,11 @@ impl OperatorConfig {
     }
 }
 
+/// A column name the job file may set, or `default`.
+fn column_or(c: &mut Checker<'_>, value: &Option<Text>, default: &str) -> String {
+    c.opt(value.as_ref()).unwrap_or_else(|| default.to_string())
+}
+
 fn micros_text(us: i64) -> String {
     let d = Duration::from_micros(us.max(0) as u64);
     match d.as_secs() {
@@ -584,9 +589,6 @@ pub fn check_pipeline(
                 not_for(c, "window", raw.window.is_some());
                 not_for(c, "key", raw.key.is_some());
                 not_for(c, "aggregates", !raw.aggregates.is_empty());
-                let column = |c: &mut Checker<'_>, v: &Option<Text>, default: &str| {
-                    c.opt(v.as_ref()).unwrap_or_else(|| default.to_string())
-                };
                 OperatorKind::Slo(SloSpec {
                     id: id.clone(),
                     // Resolved against the input stream by `resolve_time`.
@@ -595,10 +597,10 @@ pub fn check_pipeline(
                     allowed_lateness: c
                         .duration_or_zero(raw.allowed_lateness.as_ref(), Duration::ZERO)
                         .as_micros() as i64,
-                    service_column: column(c, &raw.service_column, "service_name"),
-                    endpoint_column: column(c, &raw.endpoint_column, "span_name"),
-                    error_column: column(c, &raw.error_column, "error"),
-                    duration_column: column(c, &raw.duration_column, "duration_ns"),
+                    service_column: column_or(c, &raw.service_column, "service_name"),
+                    endpoint_column: column_or(c, &raw.endpoint_column, "span_name"),
+                    error_column: column_or(c, &raw.error_column, "error"),
+                    duration_column: column_or(c, &raw.duration_column, "duration_ns"),
                     objectives: Vec::new(), // from [[slos]], below
                     output: output.clone(),
                     late_output: c
@@ -612,9 +614,6 @@ pub fn check_pipeline(
                 not_for(c, "window", raw.window.is_some());
                 not_for(c, "key", raw.key.is_some());
                 not_for(c, "aggregates", !raw.aggregates.is_empty());
-                let column = |c: &mut Checker<'_>, v: &Option<Text>, default: &str| {
-                    c.opt(v.as_ref()).unwrap_or_else(|| default.to_string())
-                };
                 let Some(settings) = regression(c, raw) else {
                     continue;
                 };
@@ -626,10 +625,10 @@ pub fn check_pipeline(
                     allowed_lateness: c
                         .duration_or_zero(raw.allowed_lateness.as_ref(), Duration::ZERO)
                         .as_micros() as i64,
-                    service_column: column(c, &raw.service_column, "service_name"),
-                    version_column: column(c, &raw.version_column, "service_version"),
-                    error_column: column(c, &raw.error_column, "error"),
-                    duration_column: column(c, &raw.duration_column, "duration_ns"),
+                    service_column: column_or(c, &raw.service_column, "service_name"),
+                    version_column: column_or(c, &raw.version_column, "service_version"),
+                    error_column: column_or(c, &raw.error_column, "error"),
+                    duration_column: column_or(c, &raw.duration_column, "duration_ns"),
                     output: output.clone(),
                     late_output: c
                         .opt(raw.late_output.as_ref())
@@ -644,9 +643,6 @@ pub fn check_pipeline(
                 not_for(c, "key", raw.key.is_some());
                 not_for(c, "aggregates", !raw.aggregates.is_empty());
                 not_for(c, "late_output", raw.late_output.is_some());
-                let column = |c: &mut Checker<'_>, v: &Option<Text>, default: &str| {
-                    c.opt(v.as_ref()).unwrap_or_else(|| default.to_string())
-                };
                 OperatorKind::Edges(EdgesSpec {
                     id: id.clone(),
                     // Resolved against the input stream by `resolve_time`.
@@ -658,9 +654,9 @@ pub fn check_pipeline(
                     join_window: c
                         .duration(raw.join_window.as_ref(), Duration::from_secs(300))
                         .as_micros() as i64,
-                    service_column: column(c, &raw.service_column, "service_name"),
-                    error_column: column(c, &raw.error_column, "error"),
-                    duration_column: column(c, &raw.duration_column, "duration_ns"),
+                    service_column: column_or(c, &raw.service_column, "service_name"),
+                    error_column: column_or(c, &raw.error_column, "error"),
+                    duration_column: column_or(c, &raw.duration_column, "duration_ns"),
                     output: output.clone(),
                 })
             }
