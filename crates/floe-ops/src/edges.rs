@@ -25,13 +25,15 @@
 //! (`late_rows` in `/metrics`) and dropped — never written, so what is written does not
 //! depend on what was forgotten when.
 //!
-//! **State** (per partition, beside the window's own): `0x40 trace 0 span` → a possible
-//! parent (service, start, clock); `0x41 trace 0 parent 0 span` → a child waiting for its
-//! parent (service, start, duration, error, clock); [`EXPIRY`] timers whose tag is the
-//! entry's key.
+//! **State** (per partition, beside the window's own): one entry per trace, `0x42 trace` →
+//! its spans that may still get children and its children waiting for a parent; and one
+//! [`EXPIRY`] timer per trace (tag: the entry's key), at the clock when its last span is due.
+//! A trace's spans mostly arrive together — the Collector batches a service's spans, and the
+//! exchange keeps a trace's rows in order in one partition — so a trace costs one state read
+//! and one write per batch it appears in, and one timer, not a few writes per span. Keeping
+//! a span longer than its own expiry changes nothing written: an edge it makes then is late.
 
-use std::collections::HashMap;
-use std::ops::ControlFlow;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow_array::builder::{Int64Builder, StringBuilder};
@@ -82,7 +84,7 @@ impl EdgesSpec {
     /// Everything the stored state depends on.
     pub fn fingerprint(&self) -> String {
         format!(
-            "edges v1 time={} ooo={} lateness={} join={}",
+            "edges v2 time={} ooo={} lateness={} join={}",
             self.time_column, self.out_of_orderness, self.allowed_lateness, self.join_window
         )
     }
@@ -98,13 +100,20 @@ impl EdgesSpec {
             .saturating_add(1)
     }
 
+    /// Whether `child` is a request from `parent`'s service to another: a different service,
+    /// starting at most `join_window` after its parent.
+    fn joins(&self, parent: &Kept, child: &Kept) -> bool {
+        parent.service != child.service
+            && child.start <= parent.start.saturating_add(self.join_window)
+    }
+
     /// The same for any child of a parent starting at `start`.
     fn parent_expires(&self, start: i64) -> i64 {
         self.child_expires(start.saturating_add(self.join_window))
     }
 }
 
-/// A span kept in state.
+/// A span kept in state: a possible parent, or a child waiting for its parent.
 #[derive(Debug, Clone, PartialEq)]
 struct Kept {
     service: String,
@@ -115,9 +124,7 @@ struct Kept {
 }
 
 impl Kept {
-    fn encode(&self) -> Vec<u8> {
-        let mut w = Writer(Vec::new());
-        w.u8(1);
+    fn encode(&self, w: &mut Writer) {
         w.bytes(self.service.as_bytes());
         w.i64(self.start);
         w.i64(self.duration);
@@ -129,15 +136,10 @@ impl Kept {
             }
             None => w.u8(0),
         }
-        w.0
     }
 
-    fn decode(bytes: &[u8]) -> Result<Self, String> {
-        let mut r = Reader(bytes);
-        if r.u8()? != 1 {
-            return Err("a kept span of an unknown version".into());
-        }
-        let service = String::from_utf8(r.bytes()?.to_vec()).map_err(|e| e.to_string())?;
+    fn decode(r: &mut Reader<'_>) -> Result<Self, String> {
+        let service = text(r)?;
         let (start, duration, error) = (r.i64()?, r.i64()?, r.i64()?);
         let clock = match r.u8()? {
             0 => None,
@@ -153,24 +155,137 @@ impl Kept {
     }
 }
 
-fn parent_key(trace: &str, span: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(2 + trace.len() + span.len());
-    k.push(0x40);
+fn text(r: &mut Reader<'_>) -> Result<String, String> {
+    String::from_utf8(r.bytes()?.to_vec()).map_err(|e| e.to_string())
+}
+
+/// What one trace keeps between batches: one state entry, so a trace whose spans arrive
+/// together costs one read and one write, not a few per span.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Trace {
+    /// The time of the trace's expiry timer, once one is registered.
+    timer: Option<i64>,
+    /// Spans that may still get children, by span id.
+    parents: BTreeMap<String, Kept>,
+    /// Children waiting for their parent: (parent's span id, child).
+    waiting: Vec<(String, Kept)>,
+}
+
+impl Trace {
+    const VERSION: u8 = 2;
+
+    fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        w.u8(Self::VERSION);
+        match self.timer {
+            Some(t) => {
+                w.u8(1);
+                w.i64(t);
+            }
+            None => w.u8(0),
+        }
+        w.u64(self.parents.len() as u64);
+        for (span, kept) in &self.parents {
+            w.bytes(span.as_bytes());
+            kept.encode(&mut w);
+        }
+        w.u64(self.waiting.len() as u64);
+        for (parent, kept) in &self.waiting {
+            w.bytes(parent.as_bytes());
+            kept.encode(&mut w);
+        }
+        w.0
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let mut r = Reader(bytes);
+        if r.u8()? != Self::VERSION {
+            return Err("a trace's spans in a layout of another version".into());
+        }
+        let timer = match r.u8()? {
+            0 => None,
+            _ => Some(r.i64()?),
+        };
+        let mut trace = Self {
+            timer,
+            ..Self::default()
+        };
+        for _ in 0..r.u64()? {
+            let span = text(&mut r)?;
+            trace.parents.insert(span, Kept::decode(&mut r)?);
+        }
+        for _ in 0..r.u64()? {
+            let parent = text(&mut r)?;
+            trace.waiting.push((parent, Kept::decode(&mut r)?));
+        }
+        Ok(trace)
+    }
+
+    /// The clock at which every span kept can be forgotten.
+    fn expires(&self, spec: &EdgesSpec) -> Option<i64> {
+        let parents = self.parents.values().map(|k| spec.parent_expires(k.start));
+        let children = self
+            .waiting
+            .iter()
+            .map(|(_, k)| spec.child_expires(k.start));
+        parents.chain(children).max()
+    }
+
+    /// Forgets the spans whose every edge would be late at `clock`.
+    fn forget_due(&mut self, spec: &EdgesSpec, clock: i64) {
+        self.parents
+            .retain(|_, k| spec.parent_expires(k.start) > clock);
+        self.waiting
+            .retain(|(_, k)| spec.child_expires(k.start) > clock);
+    }
+
+    /// Joins span `span` (child of `parent`, if it has one) to what the trace holds, pushing
+    /// the edges it makes, and keeps it for what may still come.
+    fn arrive(
+        &mut self,
+        spec: &EdgesSpec,
+        span: &str,
+        parent: Option<&str>,
+        this: Kept,
+        found: &mut Found,
+    ) {
+        // The clock at or past which an entry is not worth keeping: what it joins is late.
+        let worthless = |expires: i64| this.clock.is_some_and(|c| c >= expires);
+        // As a child: its parent may be here already.
+        if let Some(parent) = parent {
+            if let Some(caller) = self.parents.get(parent) {
+                if spec.joins(caller, &this) {
+                    found.push(&caller.service, &this, later(caller.clock, this.clock));
+                }
+            } else if !worthless(spec.child_expires(this.start)) {
+                self.waiting.push((parent.to_string(), this.clone()));
+            }
+        }
+        // As a parent: children may have waited for it.
+        self.waiting.retain(|(waits_for, child)| {
+            if waits_for != span {
+                return true;
+            }
+            if spec.joins(&this, child) {
+                found.push(&this.service, child, later(child.clock, this.clock));
+            }
+            false
+        });
+        if !worthless(spec.parent_expires(this.start)) {
+            self.parents.insert(span.to_string(), this);
+        }
+    }
+}
+
+fn trace_key(trace: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + trace.len());
+    k.push(TRACE);
     k.extend_from_slice(trace.as_bytes());
-    k.push(0);
-    k.extend_from_slice(span.as_bytes());
     k
 }
 
-fn children_prefix(trace: &str, parent: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(3 + trace.len() + parent.len());
-    k.push(0x41);
-    k.extend_from_slice(trace.as_bytes());
-    k.push(0);
-    k.extend_from_slice(parent.as_bytes());
-    k.push(0);
-    k
-}
+/// The state namespace of traces.
+const TRACE: u8 = 0x42;
 
 /// A string cell, `None` when null.
 fn text_at(array: &StringArray, row: usize) -> Option<&str> {
@@ -213,7 +328,9 @@ pub struct Edges {
     outputs: Vec<StreamSpec>,
     /// Per partition, a time no expiry timer is earlier than.
     floors: HashMap<u32, i64>,
-    late_edges: u64,
+    /// Per partition, the last clock it reached: a trace read from state forgets what is due
+    /// by it before new spans join, as if its timer had fired for each span.
+    clocks: HashMap<u32, i64>,
 }
 
 impl std::fmt::Debug for Edges {
@@ -295,7 +412,7 @@ impl Edges {
             inner,
             outputs,
             floors: HashMap::new(),
-            late_edges: 0,
+            clocks: HashMap::new(),
         })
     }
 
@@ -321,36 +438,42 @@ impl Edges {
             if output == 0 {
                 ctx.emit(0, batch);
             } else {
-                self.late_edges += batch.batch.num_rows() as u64;
+                // Counted by the window's stats.
             }
         }
         Ok(())
     }
 
-    fn load(&self, ctx: &Context<'_>, p: u32, key: &[u8]) -> OpResult<Option<Kept>> {
+    fn load(&self, ctx: &Context<'_>, p: u32, key: &[u8]) -> OpResult<Option<Trace>> {
         ctx.get(p, key)?
-            .map(|bytes| Kept::decode(&bytes).map_err(|e| self.invalid(e)))
+            .map(|bytes| Trace::decode(&bytes).map_err(|e| self.invalid(e)))
             .transpose()
     }
 
-    /// Keeps `span` under `key` until event time `expires`, unless the clock is past it.
-    fn keep(
+    /// Writes `trace` back under `key`, or removes it (`existed`) when it keeps nothing. A
+    /// trace without a timer gets one when its last span is due; one that fires while spans
+    /// are still kept re-arms (see [`Operator::on_event_clock`]).
+    fn store(
         &mut self,
         ctx: &mut Context<'_>,
         p: u32,
-        key: Vec<u8>,
-        span: &Kept,
-        expires: i64,
+        key: &[u8],
+        mut trace: Trace,
+        existed: bool,
     ) -> OpResult<()> {
-        if span.clock.is_some_and(|c| c >= expires) {
-            // Whatever it would join now is late: nothing to wait for.
+        let Some(expires) = trace.expires(&self.spec) else {
+            if existed {
+                ctx.delete(p, key)?;
+            }
             return Ok(());
+        };
+        if trace.timer.is_none() {
+            EXPIRY.register(ctx, p, expires, key)?;
+            trace.timer = Some(expires);
+            let floor = self.floors.entry(p).or_insert(i64::MIN);
+            *floor = (*floor).min(expires);
         }
-        ctx.put(p, &key, &span.encode())?;
-        EXPIRY.register(ctx, p, expires, &key)?;
-        let floor = self.floors.entry(p).or_insert(i64::MIN);
-        *floor = (*floor).min(expires);
-        Ok(())
+        ctx.put(p, key, &trace.encode())
     }
 
     /// The edges rows `rows` of partition `p` make, fed to the window.
@@ -367,11 +490,12 @@ impl Edges {
             .column_by_name(SOURCE_CLOCK_COLUMN)
             .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
             .cloned();
-        let mut found = Found::default();
+        // Each trace's spans (row, start, error, duration), traces in the order they appear.
+        let mut order: Vec<&str> = Vec::new();
+        let mut by_trace: HashMap<&str, Vec<(usize, i64, i64, i64)>> = HashMap::new();
         for (row, time) in times.iter().enumerate() {
             let text = |a| text_at(a, row);
-            let (Some(trace), Some(span), Some(service)) =
-                (text(&traces), text(&spans), text(&services))
+            let (Some(trace), Some(span), Some(_)) = (text(&traces), text(&spans), text(&services))
             else {
                 // Not part of a trace anyone can join.
                 continue;
@@ -398,54 +522,37 @@ impl Edges {
                 );
                 continue;
             };
-            let clock = clocks
-                .as_ref()
-                .and_then(|c| (!c.is_null(row)).then(|| c.value(row)));
-            let this = Kept {
-                service: service.to_string(),
-                start,
-                duration,
-                error: i64::from(error != 0),
-                clock,
-            };
-            // As a child: its parent may be here already.
-            if let Some(parent) = text(&parents).filter(|s| !s.is_empty()) {
-                match self.load(ctx, p, &parent_key(trace, parent))? {
-                    Some(caller) => {
-                        if caller.service != this.service
-                            && this.start <= caller.start.saturating_add(self.spec.join_window)
-                        {
-                            found.push(&caller.service, &this, later(caller.clock, clock));
-                        }
-                    }
-                    None => {
-                        let mut key = children_prefix(trace, parent);
-                        key.extend_from_slice(span.as_bytes());
-                        let expires = self.spec.child_expires(start);
-                        self.keep(ctx, p, key, &this, expires)?;
-                    }
-                }
+            by_trace
+                .entry(trace)
+                .or_insert_with(|| {
+                    order.push(trace);
+                    Vec::new()
+                })
+                .push((row, start, i64::from(error != 0), duration));
+        }
+        let mut found = Found::default();
+        for trace in order {
+            let key = trace_key(trace);
+            let stored = self.load(ctx, p, &key)?;
+            let existed = stored.is_some();
+            let mut kept = stored.unwrap_or_default();
+            if let Some(clock) = self.clocks.get(&p) {
+                kept.forget_due(&self.spec, *clock);
             }
-            // As a parent: children may have waited for it.
-            let prefix = children_prefix(trace, span);
-            let mut end = prefix.clone();
-            *end.last_mut().expect("a prefix") = 1;
-            let mut waiting = Vec::new();
-            ctx.scan(p, &prefix, Some(&end), |k, v| {
-                waiting.push((k.to_vec(), v.to_vec()));
-                ControlFlow::Continue(())
-            })?;
-            for (key, value) in waiting {
-                let child = Kept::decode(&value).map_err(|e| self.invalid(e))?;
-                ctx.delete(p, &key)?;
-                if child.service != this.service
-                    && child.start <= start.saturating_add(self.spec.join_window)
-                {
-                    found.push(service, &child, later(child.clock, clock));
-                }
+            for &(row, start, error, duration) in &by_trace[trace] {
+                let this = Kept {
+                    service: services.value(row).to_string(),
+                    start,
+                    duration,
+                    error,
+                    clock: clocks
+                        .as_ref()
+                        .and_then(|c| (!c.is_null(row)).then(|| c.value(row))),
+                };
+                let parent = text_at(&parents, row).filter(|s| !s.is_empty());
+                kept.arrive(&self.spec, spans.value(row), parent, this, &mut found);
             }
-            let expires = self.spec.parent_expires(start);
-            self.keep(ctx, p, parent_key(trace, span), &this, expires)?;
+            self.store(ctx, p, &key, kept, existed)?;
         }
         if found.time.is_empty() {
             return Ok(());
@@ -512,11 +619,21 @@ impl Operator for Edges {
     ) -> OpResult<()> {
         // Spans whose every edge would now be late are forgotten.
         let from = self.floors.get(&partition).copied().unwrap_or(i64::MIN);
-        for (_, key) in EXPIRY.take_due(ctx, partition, from, max_time)? {
-            ctx.delete(partition, &key)?;
+        for (at, key) in EXPIRY.take_due(ctx, partition, from, max_time)? {
+            let Some(mut trace) = self.load(ctx, partition, &key)? else {
+                continue;
+            };
+            if trace.timer != Some(at) {
+                // The timer of a trace that was forgotten before and came back: it has its own.
+                continue;
+            }
+            trace.forget_due(&self.spec, max_time);
+            trace.timer = None;
+            self.store(ctx, partition, &key, trace, true)?;
         }
         self.floors
             .insert(partition, max_time.saturating_add(1).max(from));
+        self.clocks.insert(partition, max_time);
         self.run_window(ctx, |window, inner| {
             window.on_event_clock(partition, max_time, inner)
         })
@@ -528,12 +645,14 @@ impl Operator for Edges {
 
     fn on_restore(&mut self, partition: u32, ctx: &mut Context<'_>) -> OpResult<()> {
         self.floors.remove(&partition);
+        self.clocks.remove(&partition);
         let mut inner = ctx.nested();
         self.window.on_restore(partition, &mut inner)
     }
 
     fn forget(&mut self) {
         self.floors.clear();
+        self.clocks.clear();
         self.window.forget();
     }
 
@@ -546,15 +665,14 @@ impl Operator for Edges {
     }
 
     fn stats(&self) -> OperatorStats {
-        let mut stats = self.window.stats();
-        stats.late_rows += self.late_edges;
-        stats
+        self.window.stats()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
+    use std::ops::ControlFlow;
 
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Int64Type, TimestampMicrosecondType};
@@ -748,7 +866,7 @@ mod tests {
         // Everything waiting was forgotten once the clock passed it.
         let mut left = 0;
         let ctx = Context::new(Some(&mut store), 0, &names);
-        ctx.scan(0, &[0x40], Some(&[0x42]), |_, _| {
+        ctx.scan(0, &[TRACE], Some(&[TRACE + 1]), |_, _| {
             left += 1;
             ControlFlow::Continue(())
         })
@@ -884,6 +1002,58 @@ mod tests {
         let callers: Vec<_> = rows.keys().map(|k| (k.1.as_str(), k.2.as_str())).collect();
         assert_eq!(callers, vec![("frontend", "payments")], "{rows:?}");
         assert!(rows.keys().all(|k| k.0 > T0.div_euclid(MINUTE)));
+    }
+
+    #[test]
+    fn a_trace_is_one_state_entry_and_one_timer_however_many_spans_it_has() {
+        let spans = traces(11);
+        let dir = std::env::temp_dir().join(format!("floe-edges-layout-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut store = StateStore::open(&dir, 8 << 20).unwrap();
+        let names = |p: u32| format!("x/{p}");
+        let mut op = Edges::new(spec(), &input()).unwrap();
+        let rows: Vec<(Span, Option<i64>)> = spans.iter().map(|s| (s.clone(), None)).collect();
+        let mut ctx = Context::new(Some(&mut store), 0, &names);
+        op.on_batch(&batch(&rows), &mut ctx).unwrap();
+        let count = |namespace: u8| {
+            let mut n = 0;
+            ctx.scan(0, &[namespace], Some(&[namespace + 1]), |_, _| {
+                n += 1;
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+            n
+        };
+        assert_eq!(count(TRACE), 400, "one entry per trace");
+        assert_eq!(EXPIRY.count(&ctx, 0).unwrap(), 400, "one timer per trace");
+        drop(ctx);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_span_that_came_after_its_traces_timer_was_set_is_kept_until_it_is_due() {
+        let span = |start, trace: &str, id: &str, parent: &str, service: &str| Span {
+            start,
+            trace: trace.into(),
+            span: id.into(),
+            parent: parent.into(),
+            service: service.into(),
+            error: 0,
+            duration: 1,
+        };
+        // The trace's first span sets its timer to when that span is due (T0 + 195 s); a
+        // second span of the trace comes later and is due later, so the timer fires with it
+        // still kept, re-arms, and its child after the first timer still joins it.
+        let mut spans = vec![span(T0, "t", "p", "", "frontend")];
+        let filler = |at: i64| span(at, &format!("f{at}"), "f", "", "stock");
+        spans.extend((1..15).map(|i| filler(T0 + i * 10 * S)));
+        spans.push(span(T0 + 150 * S, "t", "q", "", "checkout"));
+        spans.extend((0..6).map(|i| filler(T0 + 151 * S + i * 10 * S)));
+        spans.push(span(T0 + 205 * S, "t", "r", "q", "payments"));
+        let (rows, late) = run(&spans, 1, false);
+        assert_eq!(late, 0);
+        let edges: Vec<_> = rows.keys().map(|k| (k.1.as_str(), k.2.as_str())).collect();
+        assert_eq!(edges, vec![("checkout", "payments")], "{rows:?}");
     }
 
     #[test]

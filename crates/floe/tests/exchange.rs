@@ -6,7 +6,9 @@
 //! 1. uninterrupted,
 //! 2. killed (-9) at random instants `FLOE_CHAOS_KILLS` times (default 20) while the input is
 //!    produced,
-//! 3. rescaled from one replica to three and then to two mid-stream,
+//! 3. stopped, savepointed, run past the savepoint and killed, then resumed from the savepoint
+//!    by a rebuilt binary (`FLOE_UPGRADE_BIN`, as in `windows.rs`),
+//! 4. rescaled from one replica to three and then to two mid-stream,
 //!
 //! and then, read back by DuckDB, the exchanged table holds exactly the landed spans (`EXCEPT
 //! ALL` both ways empty, every generated span once) — so no row was lost or doubled across
@@ -264,6 +266,19 @@ impl Fixture {
         ));
         let cells: Vec<u64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
         cells.try_into().unwrap()
+    }
+
+    /// [`Self::check`] and [`Self::check_window`] of a run that must equal the uninterrupted
+    /// one (`windowed`); returns the rows sent through the exchange.
+    async fn check_again(&self, s: &Scenario, windowed: &Windowed) -> usize {
+        let sent = self.check(s).await;
+        assert_eq!(
+            &self.check_window(s).await,
+            windowed,
+            "{}: the window as uninterrupted",
+            s.name
+        );
+        sent
     }
 
     /// The window behind the exchange against DuckDB's own count of the landed spans.
@@ -639,7 +654,7 @@ fn kill(mut child: support::Floe) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
-async fn an_exchange_re_keys_every_row_exactly_once_through_kills_and_rescales() {
+async fn an_exchange_re_keys_every_row_exactly_once_through_kills_savepoints_and_rescales() {
     let f = Fixture::new().await;
     let (brokers, uri) = (f.brokers.clone(), f.catalog.uri());
     let spawn = |s: &Scenario, i: usize| spawn_floe(&s.job(&brokers, &uri, i), &s.log());
@@ -676,17 +691,35 @@ async fn an_exchange_re_keys_every_row_exactly_once_through_kills_and_rescales()
     terminate(child);
     let writers = anchor_writers(&f.client, s.name).await;
     assert!(writers > kills / 3, "only {writers} incarnations committed");
-    let sent = f.check(&s).await;
-    assert_eq!(
-        f.check_window(&s).await,
-        windowed,
-        "{}: the window as uninterrupted",
-        s.name
-    );
+    let sent = f.check_again(&s, &windowed).await;
     assert!(
         sent > RECORDS * REQUESTS * 5,
         "kills replayed rows into the exchange ({sent} sent), which the reading side dropped"
     );
+
+    // Stopped, savepointed, run past the savepoint and killed, then resumed from it by a
+    // rebuilt binary: the exchange topic still holds what was sent after the savepoint, and
+    // the replay sends it again; the reading side, back at the savepoint's marks, takes each
+    // row once.
+    let mut s = f.scenario("savepointed").await;
+    let job = s.job(&brokers, &uri, 0);
+    let job_path = job.to_str().unwrap();
+    let child = spawn(&s, 0);
+    f.produce(&mut s, RECORDS / 2).await;
+    f.wait_caught_up(&s).await;
+    terminate(child);
+    let out = support::floe_command(&["savepoint", job_path, "before-upgrade"]);
+    assert!(out.contains("--from-savepoint before-upgrade"), "{out}");
+    let child = spawn(&s, 0);
+    f.produce(&mut s, 3 * RECORDS / 4).await;
+    f.wait_caught_up(&s).await;
+    kill(child);
+    let child = support::resume_upgraded(&job, &s.log(), "before-upgrade");
+    f.produce(&mut s, RECORDS).await;
+    f.wait_caught_up(&s).await;
+    terminate(child);
+    support::assert_went_back(&s.log());
+    f.check_again(&s, &windowed).await;
 
     // Rescaled 1 → 3 → 2.
     let mut s = f.scenario("rescaled").await;
@@ -713,13 +746,7 @@ async fn an_exchange_re_keys_every_row_exactly_once_through_kills_and_rescales()
     f.wait_caught_up(&s).await;
     terminate(first);
     terminate(second);
-    f.check(&s).await;
-    assert_eq!(
-        f.check_window(&s).await,
-        windowed,
-        "{}: the window as uninterrupted",
-        s.name
-    );
+    f.check_again(&s, &windowed).await;
 
     f.catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&f.dir);

@@ -29,7 +29,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use floe_lake::rest::CatalogClient;
@@ -39,8 +38,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 mod support;
 use support::{
-    anchor_writers, kills, optional_service, python, service, spawn_floe, start_catalog, temp_dir,
-    terminate, wait_for_another_writer,
+    anchor_writers, kills, python, service, spawn_floe, start_catalog, temp_dir, terminate,
+    wait_for_another_writer,
 };
 
 const PARTITIONS: i32 = 4;
@@ -329,20 +328,6 @@ state_dir = "{state}"
     fn spawn(&self, instance: usize) -> support::Floe {
         spawn_floe(&self.job(instance), &self.log())
     }
-
-    /// Runs `floe` with `args` to completion; returns its stdout.
-    fn floe(&self, args: &[&str]) -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_floe"))
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "floe {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
 }
 
 fn kill(mut child: support::Floe) {
@@ -406,32 +391,6 @@ async fn rescaled(f: &Fixture) -> Scenario {
     s
 }
 
-/// The rebuilt binary the savepointed run resumes with (`FLOE_UPGRADE_BIN`, which `tests/run`
-/// builds; without it, and without `FLOE_REQUIRE_SERVICES=1`, the same binary, said on the
-/// terminal): a different executable whose version says so.
-fn upgraded_binary() -> PathBuf {
-    let first = PathBuf::from(env!("CARGO_BIN_EXE_floe"));
-    let Some(upgraded) = optional_service("FLOE_UPGRADE_BIN") else {
-        return first;
-    };
-    let version = |bin: &Path| {
-        let out = Command::new(bin).arg("--version").output().unwrap();
-        String::from_utf8(out.stdout).unwrap()
-    };
-    let upgraded = PathBuf::from(upgraded);
-    assert_ne!(
-        version(&first),
-        version(&upgraded),
-        "FLOE_UPGRADE_BIN is a build of its own"
-    );
-    assert_ne!(
-        std::fs::read(&first).unwrap(),
-        std::fs::read(&upgraded).unwrap(),
-        "FLOE_UPGRADE_BIN is another executable"
-    );
-    upgraded
-}
-
 async fn savepointed(f: &Fixture) -> Scenario {
     let mut s = f.scenario("savepointed").await;
     let job = s.job(0);
@@ -440,31 +399,20 @@ async fn savepointed(f: &Fixture) -> Scenario {
     f.produce(&mut s, RECORDS / 2).await;
     f.wait_caught_up(&s).await;
     terminate(child); // the final checkpoint
-    let out = s.floe(&["savepoint", job, "before-upgrade"]);
+    let out = support::floe_command(&["savepoint", job, "before-upgrade"]);
     assert!(out.contains("--from-savepoint before-upgrade"), "{out}");
     // Run past the savepoint, then go back to it: what came after is produced again.
     let child = s.spawn(0);
     f.produce(&mut s, 3 * RECORDS / 4).await;
     f.wait_caught_up(&s).await;
     kill(child);
-    let listed = s.floe(&["savepoint", job, "--list"]);
+    let listed = support::floe_command(&["savepoint", job, "--list"]);
     assert!(listed.contains("before-upgrade"), "{listed}");
-    let upgraded = upgraded_binary();
-    let child = support::spawn_run(
-        &upgraded,
-        Path::new(job),
-        &s.log(),
-        &[],
-        &["--from-savepoint", "before-upgrade"],
-    );
+    let child = support::resume_upgraded(Path::new(job), &s.log(), "before-upgrade");
     f.produce(&mut s, RECORDS).await;
     f.wait_caught_up(&s).await;
     terminate(child);
-    let log = std::fs::read_to_string(s.log()).unwrap();
-    assert!(
-        log.contains("table back at the savepoint"),
-        "the resumed job went back to the savepoint"
-    );
+    support::assert_went_back(&s.log());
     s
 }
 

@@ -198,6 +198,68 @@ pub(crate) fn spawn_run(
     }
 }
 
+/// `floe ARGS…` (this build), which must succeed: its standard output.
+pub(crate) fn floe_command(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_floe"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "floe {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The rebuilt binary the savepointed run resumes with (`FLOE_UPGRADE_BIN`, which `tests/run`
+/// builds; without it, and without `FLOE_REQUIRE_SERVICES=1`, the same binary, said on the
+/// terminal): a different executable whose version says so.
+pub(crate) fn upgraded_binary() -> PathBuf {
+    let first = PathBuf::from(env!("CARGO_BIN_EXE_floe"));
+    let Some(upgraded) = optional_service("FLOE_UPGRADE_BIN") else {
+        return first;
+    };
+    let version = |bin: &Path| {
+        let out = Command::new(bin).arg("--version").output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let upgraded = PathBuf::from(upgraded);
+    assert_ne!(
+        version(&first),
+        version(&upgraded),
+        "FLOE_UPGRADE_BIN is a build of its own"
+    );
+    assert_ne!(
+        std::fs::read(&first).unwrap(),
+        std::fs::read(&upgraded).unwrap(),
+        "FLOE_UPGRADE_BIN is another executable"
+    );
+    upgraded
+}
+
+/// Resumes `job` from savepoint `savepoint` with the rebuilt binary ([`upgraded_binary`]), its
+/// log appended to `log`.
+pub(crate) fn resume_upgraded(job: &Path, log: &Path, savepoint: &str) -> Floe {
+    spawn_run(
+        &upgraded_binary(),
+        job,
+        log,
+        &[],
+        &["--from-savepoint", savepoint],
+    )
+}
+
+/// Asserts that the job logging to `log` went back to a savepoint when it started.
+pub(crate) fn assert_went_back(log: &Path) {
+    let text = std::fs::read_to_string(log).unwrap();
+    assert!(
+        text.contains("table back at the savepoint"),
+        "the resumed job went back to the savepoint ({})",
+        log.display()
+    );
+}
+
 /// Whether process `pid` has installed a handler for SIGTERM (Linux: bit 14 of `SigCgt` in
 /// `/proc/PID/status`). A process that has not got that far (still being loaded) is ended by
 /// the signal's default action, which no program can prevent.
