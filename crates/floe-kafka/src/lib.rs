@@ -132,6 +132,11 @@ impl KafkaSource {
             // of a whole Collector batch are large, and one round trip per few records leaves
             // the decoder waiting on a busy machine.
             .set("max.partition.fetch.bytes", "8388608")
+            // When that prefetch is full, fetch again 10 ms later, not librdkafka's default of
+            // a second: with a second, the job drains the prefetch faster than the fetcher
+            // refills it and waits for Kafka about a third of the time (measured on the
+            // service-map job: 2.1 s of every 6.8 s in `poll`, 0.06–0.3 s with 10 ms).
+            .set("fetch.queue.backoff.ms", "10")
             // Statistics carry the consumer lag per partition (a job file may change it).
             .set("statistics.interval.ms", "5000");
         for (key, value) in &settings.properties {
