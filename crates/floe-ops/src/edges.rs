@@ -26,12 +26,14 @@
 //! depend on what was forgotten when.
 //!
 //! **State** (per partition, beside the window's own): one entry per trace, `0x42 trace` →
-//! its spans that may still get children and its children waiting for a parent; and one
-//! [`EXPIRY`] timer per trace (tag: the entry's key), at the clock when its last span is due.
-//! A trace's spans mostly arrive together — the Collector batches a service's spans, and the
-//! exchange keeps a trace's rows in order in one partition — so a trace costs one state read
-//! and one write per batch it appears in, and one timer, not a few writes per span. Keeping
-//! a span longer than its own expiry changes nothing written: an edge it makes then is late.
+//! its spans that may still get children and its children waiting for a parent; and
+//! [`EXPIRY`] timers that are expiry lists — one per minute and batch, at the minute after
+//! its traces' last spans are due, carrying their keys. A trace's spans mostly arrive
+//! together — the Collector batches a service's spans, and the exchange keeps a trace's rows
+//! in order in one partition — so a trace costs one state read and one write per batch it
+//! appears in and one delete when it is forgotten, not a few writes per span, and no timer of
+//! its own. Keeping a span longer than its own expiry changes nothing written: an edge it
+//! makes then is late.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -84,7 +86,7 @@ impl EdgesSpec {
     /// Everything the stored state depends on.
     pub fn fingerprint(&self) -> String {
         format!(
-            "edges v2 time={} ooo={} lateness={} join={}",
+            "edges v3 time={} ooo={} lateness={} join={}",
             self.time_column, self.out_of_orderness, self.allowed_lateness, self.join_window
         )
     }
@@ -277,6 +279,21 @@ impl Trace {
     }
 }
 
+/// An expiry list's value: the keys of its traces.
+fn encode_keys(keys: &[Vec<u8>]) -> Vec<u8> {
+    let mut w = Writer(Vec::new());
+    w.u64(keys.len() as u64);
+    for key in keys {
+        w.bytes(key);
+    }
+    w.0
+}
+
+fn decode_keys(bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let mut r = Reader(bytes);
+    (0..r.u64()?).map(|_| Ok(r.bytes()?.to_vec())).collect()
+}
+
 fn trace_key(trace: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(1 + trace.len());
     k.push(TRACE);
@@ -328,6 +345,8 @@ pub struct Edges {
     outputs: Vec<StreamSpec>,
     /// Per partition, a time no expiry timer is earlier than.
     floors: HashMap<u32, i64>,
+    /// Expiry lists to write at the end of the call: (partition, minute) → trace keys.
+    pending: BTreeMap<(u32, i64), Vec<Vec<u8>>>,
     /// Per partition, the last clock it reached: a trace read from state forgets what is due
     /// by it before new spans join, as if its timer had fired for each span.
     clocks: HashMap<u32, i64>,
@@ -413,6 +432,7 @@ impl Edges {
             outputs,
             floors: HashMap::new(),
             clocks: HashMap::new(),
+            pending: BTreeMap::new(),
         })
     }
 
@@ -423,8 +443,8 @@ impl Edges {
         }
     }
 
-    /// Calls the inner window with a context of its own: its rollup rows go out, its late
-    /// rows are counted and dropped (see the module docs).
+    /// Calls the inner window with a context of its own: its rollup rows go out; its late
+    /// rows (output 1) are dropped, counted by the window's stats (see the module docs).
     fn run_window(
         &mut self,
         ctx: &mut Context<'_>,
@@ -437,8 +457,6 @@ impl Edges {
         for (output, batch) in emitted {
             if output == 0 {
                 ctx.emit(0, batch);
-            } else {
-                // Counted by the window's stats.
             }
         }
         Ok(())
@@ -451,8 +469,9 @@ impl Edges {
     }
 
     /// Writes `trace` back under `key`, or removes it (`existed`) when it keeps nothing. A
-    /// trace without a timer gets one when its last span is due; one that fires while spans
-    /// are still kept re-arms (see [`Operator::on_event_clock`]).
+    /// trace without a timer joins the expiry list of the minute after its last span is due
+    /// (written by [`Self::register_pending`]); one whose list fires while spans are still
+    /// kept joins a later list (see [`Operator::on_event_clock`]).
     fn store(
         &mut self,
         ctx: &mut Context<'_>,
@@ -468,12 +487,30 @@ impl Edges {
             return Ok(());
         };
         if trace.timer.is_none() {
-            EXPIRY.register(ctx, p, expires, key)?;
-            trace.timer = Some(expires);
+            let at = expires.div_euclid(MINUTE).saturating_add(1) * MINUTE;
+            self.pending.entry((p, at)).or_default().push(key.to_vec());
+            trace.timer = Some(at);
             let floor = self.floors.entry(p).or_insert(i64::MIN);
-            *floor = (*floor).min(expires);
+            *floor = (*floor).min(at);
         }
         ctx.put(p, key, &trace.encode())
+    }
+
+    /// Writes the expiry lists [`Self::store`] started: one timer per (partition, minute) and
+    /// call, tagged by its first trace and carrying every trace's key — not a timer per trace.
+    /// A list of the same minute and first trace already in state (a trace back after it was
+    /// forgotten) is extended, not replaced.
+    fn register_pending(&mut self, ctx: &mut Context<'_>) -> OpResult<()> {
+        for ((p, at), keys) in std::mem::take(&mut self.pending) {
+            let tag = keys[0].clone();
+            let mut all = match EXPIRY.value(ctx, p, at, &tag)? {
+                Some(bytes) => decode_keys(&bytes).map_err(|e| self.invalid(e))?,
+                None => Vec::new(),
+            };
+            all.extend(keys);
+            EXPIRY.register_value(ctx, p, at, &tag, &encode_keys(&all))?;
+        }
+        Ok(())
     }
 
     /// The edges rows `rows` of partition `p` make, fed to the window.
@@ -554,6 +591,7 @@ impl Edges {
             }
             self.store(ctx, p, &key, kept, existed)?;
         }
+        self.register_pending(ctx)?;
         if found.time.is_empty() {
             return Ok(());
         }
@@ -619,18 +657,21 @@ impl Operator for Edges {
     ) -> OpResult<()> {
         // Spans whose every edge would now be late are forgotten.
         let from = self.floors.get(&partition).copied().unwrap_or(i64::MIN);
-        for (at, key) in EXPIRY.take_due(ctx, partition, from, max_time)? {
-            let Some(mut trace) = self.load(ctx, partition, &key)? else {
-                continue;
-            };
-            if trace.timer != Some(at) {
-                // The timer of a trace that was forgotten before and came back: it has its own.
-                continue;
+        for (at, _, list) in EXPIRY.take_due_values(ctx, partition, from, max_time)? {
+            for key in decode_keys(&list).map_err(|e| self.invalid(e))? {
+                let Some(mut trace) = self.load(ctx, partition, &key)? else {
+                    continue;
+                };
+                if trace.timer != Some(at) {
+                    // A trace forgotten before and back since: it is on a list of its own.
+                    continue;
+                }
+                trace.forget_due(&self.spec, max_time);
+                trace.timer = None;
+                self.store(ctx, partition, &key, trace, true)?;
             }
-            trace.forget_due(&self.spec, max_time);
-            trace.timer = None;
-            self.store(ctx, partition, &key, trace, true)?;
         }
+        self.register_pending(ctx)?;
         self.floors
             .insert(partition, max_time.saturating_add(1).max(from));
         self.clocks.insert(partition, max_time);
@@ -1005,7 +1046,7 @@ mod tests {
     }
 
     #[test]
-    fn a_trace_is_one_state_entry_and_one_timer_however_many_spans_it_has() {
+    fn a_trace_is_one_state_entry_and_a_batch_one_expiry_list_per_minute() {
         let spans = traces(11);
         let dir = std::env::temp_dir().join(format!("floe-edges-layout-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -1025,7 +1066,9 @@ mod tests {
             n
         };
         assert_eq!(count(TRACE), 400, "one entry per trace");
-        assert_eq!(EXPIRY.count(&ctx, 0).unwrap(), 400, "one timer per trace");
+        let lists = EXPIRY.count(&ctx, 0).unwrap();
+        // 400 traces over ten minutes, in one batch: one expiry list per minute.
+        assert!((10..=12).contains(&lists), "{lists} expiry lists");
         drop(ctx);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -1041,15 +1084,16 @@ mod tests {
             error: 0,
             duration: 1,
         };
-        // The trace's first span sets its timer to when that span is due (T0 + 195 s); a
-        // second span of the trace comes later and is due later, so the timer fires with it
-        // still kept, re-arms, and its child after the first timer still joins it.
+        // The trace's first span puts it on the expiry list of the minute after that span is
+        // due (T0 + 195 s → T0 + 220 s); a second span of the trace comes later and is due
+        // later, so the list fires with it still kept, the trace joins a later list, and the
+        // second span's child, after the first list fired, still joins it.
         let mut spans = vec![span(T0, "t", "p", "", "frontend")];
         let filler = |at: i64| span(at, &format!("f{at}"), "f", "", "stock");
         spans.extend((1..15).map(|i| filler(T0 + i * 10 * S)));
         spans.push(span(T0 + 150 * S, "t", "q", "", "checkout"));
-        spans.extend((0..6).map(|i| filler(T0 + 151 * S + i * 10 * S)));
-        spans.push(span(T0 + 205 * S, "t", "r", "q", "payments"));
+        spans.extend((0..8).map(|i| filler(T0 + 151 * S + i * 10 * S)));
+        spans.push(span(T0 + 225 * S, "t", "r", "q", "payments"));
         let (rows, late) = run(&spans, 1, false);
         assert_eq!(late, 0);
         let edges: Vec<_> = rows.keys().map(|k| (k.1.as_str(), k.2.as_str())).collect();

@@ -8,6 +8,9 @@ use std::ops::ControlFlow;
 use crate::codec::{sortable, unsortable};
 use crate::{Context, OpResult};
 
+/// A timer taken when due: `(time, tag, value)`.
+pub type DueTimer = (i64, Vec<u8>, Vec<u8>);
+
 /// A set of timers under one state namespace byte.
 #[derive(Debug, Clone, Copy)]
 pub struct Timers {
@@ -40,6 +43,30 @@ impl Timers {
         tag: &[u8],
     ) -> OpResult<()> {
         ctx.put(partition, &self.key(at, tag), &[])
+    }
+
+    /// Fires `tag` at `at` with `value` (replacing the value of the same time and tag): a timer
+    /// that carries what it is for, e.g. the keys it expires.
+    pub fn register_value(
+        &self,
+        ctx: &mut Context<'_>,
+        partition: u32,
+        at: i64,
+        tag: &[u8],
+        value: &[u8],
+    ) -> OpResult<()> {
+        ctx.put(partition, &self.key(at, tag), value)
+    }
+
+    /// The value of a registered timer.
+    pub fn value(
+        &self,
+        ctx: &Context<'_>,
+        partition: u32,
+        at: i64,
+        tag: &[u8],
+    ) -> OpResult<Option<Vec<u8>>> {
+        ctx.get(partition, &self.key(at, tag))
     }
 
     /// Removes a timer.
@@ -79,16 +106,28 @@ impl Timers {
         from: i64,
         upto: i64,
     ) -> OpResult<Vec<(i64, Vec<u8>)>> {
+        let due = self.take_due_values(ctx, partition, from, upto)?;
+        Ok(due.into_iter().map(|(at, tag, _)| (at, tag)).collect())
+    }
+
+    /// [`Self::take_due`] with each timer's value: `(time, tag, value)`.
+    pub fn take_due_values(
+        &self,
+        ctx: &mut Context<'_>,
+        partition: u32,
+        from: i64,
+        upto: i64,
+    ) -> OpResult<Vec<DueTimer>> {
         let mut due = Vec::new();
         if upto < from {
             return Ok(due);
         }
         let end = self.key(upto.saturating_add(1), &[]);
-        ctx.scan(partition, &self.key(from, &[]), Some(&end), |k, _| {
-            due.push((unsortable(&k[1..9]), k[9..].to_vec()));
+        ctx.scan(partition, &self.key(from, &[]), Some(&end), |k, v| {
+            due.push((unsortable(&k[1..9]), k[9..].to_vec(), v.to_vec()));
             ControlFlow::Continue(())
         })?;
-        for (at, tag) in &due {
+        for (at, tag, _) in &due {
             ctx.delete(partition, &self.key(*at, tag))?;
         }
         Ok(due)
