@@ -76,15 +76,16 @@ pub(crate) struct RequestColumns<'a> {
     pub duration: Option<&'a str>,
 }
 
-/// The Arrow schema of `input`, once it is what `what` needs: an append stream, read back
-/// from an exchange keyed by a subset of `keys` ([`require_exchange_by`]), timed by its own
-/// time column, and holding `columns` of the right types.
+/// The Arrow schema of `input` and the type of its time column, once it is what `what` needs:
+/// an append stream, read back from an exchange keyed by a subset of `keys`
+/// ([`require_exchange_by`]), timed by its own time column, and holding `columns` of the
+/// right types.
 pub(crate) fn checked_input(
     input: &StreamSpec,
     keys: &[String],
     what: &str,
     columns: &RequestColumns<'_>,
-) -> Result<SchemaRef, String> {
+) -> Result<(SchemaRef, DataType), String> {
     if input.changelog {
         return Err(format!(
             "stream {} is a changelog; {what} reads an append stream",
@@ -111,7 +112,7 @@ pub(crate) fn checked_input(
             .map(|f| f.data_type().clone())
             .map_err(|_| format!("stream {} has no column {name}", input.name))
     };
-    field(columns.time)?;
+    let time_type = field(columns.time)?;
     for column in columns.strings {
         if !matches!(field(column)?, DataType::Utf8 | DataType::LargeUtf8) {
             return Err(format!("column {column} is not a string"));
@@ -132,7 +133,7 @@ pub(crate) fn checked_input(
             "the duration column {column} is not an integer of nanoseconds"
         ));
     }
-    Ok(arrow)
+    Ok((arrow, time_type))
 }
 
 /// Column `name` of `rows` as strings.

@@ -358,7 +358,7 @@ pub fn error_rate_p_value(old: (u64, u64), new: (u64, u64)) -> f64 {
 impl Regression {
     /// A `regression` operator over `input`; `Err` says what is wrong with the configuration.
     pub fn new(spec: RegressionSpec, input: &StreamSpec) -> Result<Self, String> {
-        let arrow = checked_input(
+        let (arrow, time_type) = checked_input(
             input,
             std::slice::from_ref(&spec.service_column),
             "a deploy's comparison",
@@ -369,11 +369,6 @@ impl Regression {
                 duration: Some(&spec.duration_column),
             },
         )?;
-        let time_type = arrow
-            .field_with_name(&spec.time_column)
-            .map_err(|e| e.to_string())?
-            .data_type()
-            .clone();
         let inner = Schema::new(vec![
             Field::new(&spec.time_column, time_type, false),
             Field::new(INNER_COLUMNS[0], DataType::Utf8, false),

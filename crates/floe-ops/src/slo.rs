@@ -289,7 +289,7 @@ impl Slo {
             .objectives
             .iter()
             .any(|o| matches!(o.sli, Sli::Latency { .. }));
-        let arrow = checked_input(
+        let (arrow, time_type) = checked_input(
             input,
             &needed,
             "an objective",
@@ -300,11 +300,6 @@ impl Slo {
                 duration: latency.then_some(spec.duration_column.as_str()),
             },
         )?;
-        let time_type = arrow
-            .field_with_name(&spec.time_column)
-            .map_err(|e| e.to_string())?
-            .data_type()
-            .clone();
 
         // Counts (time, objective, good) rows a minute at a time.
         let inner = Schema::new(vec![
