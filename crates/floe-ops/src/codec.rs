@@ -57,6 +57,23 @@ impl Writer {
         self.u64(v.len() as u64);
         self.0.extend_from_slice(v);
     }
+    /// A `u64` in 1 to 10 bytes, 7 bits each (LEB128): small values small.
+    pub fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+    /// An `i64` as a [`Self::varint`], zigzagged so that small magnitudes of either sign are small.
+    pub fn zigzag(&mut self, v: i64) {
+        self.varint(((v << 1) ^ (v >> 63)) as u64);
+    }
+    /// Bytes prefixed by their length as a [`Self::varint`].
+    pub fn short_bytes(&mut self, v: &[u8]) {
+        self.varint(v.len() as u64);
+        self.0.extend_from_slice(v);
+    }
 }
 
 /// Reads what a [`Writer`] wrote.
@@ -97,6 +114,28 @@ impl<'a> Reader<'a> {
     /// Length-prefixed bytes.
     pub fn bytes(&mut self) -> Result<&'a [u8], String> {
         let n = self.u64()? as usize;
+        self.take(n)
+    }
+    /// What [`Writer::varint`] wrote.
+    pub fn varint(&mut self) -> Result<u64, String> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= u64::from(b & 0x7F) << shift;
+            if b < 0x80 {
+                return Ok(v);
+            }
+        }
+        Err("a variable-length integer longer than 10 bytes".into())
+    }
+    /// What [`Writer::zigzag`] wrote.
+    pub fn zigzag(&mut self) -> Result<i64, String> {
+        let v = self.varint()?;
+        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
+    }
+    /// What [`Writer::short_bytes`] wrote.
+    pub fn short_bytes(&mut self) -> Result<&'a [u8], String> {
+        let n = self.varint()? as usize;
         self.take(n)
     }
 }
@@ -350,6 +389,33 @@ mod tests {
         bytes.sort();
         let back: Vec<i64> = bytes.iter().map(|b| unsortable(b)).collect();
         assert_eq!(back, times);
+    }
+
+    #[test]
+    fn variable_length_integers_round_trip_small_ones_short() {
+        let values = [0i64, 1, -1, 63, -64, 64, 1 << 40, i64::MIN, i64::MAX];
+        let mut w = Writer::default();
+        for v in values {
+            w.zigzag(v);
+        }
+        w.varint(u64::MAX);
+        w.short_bytes(b"span");
+        let mut r = Reader(&w.0);
+        for v in values {
+            assert_eq!(r.zigzag().unwrap(), v);
+        }
+        assert_eq!(r.varint().unwrap(), u64::MAX);
+        assert_eq!(r.short_bytes().unwrap(), b"span");
+        assert!(r.0.is_empty());
+        let mut small = Writer::default();
+        small.zigzag(-64);
+        small.zigzag(63);
+        assert_eq!(small.0.len(), 2, "one byte each");
+        let mut big = Writer::default();
+        big.varint(u64::MAX);
+        assert_eq!(big.0.len(), 10);
+        assert!(Reader(&[0x80; 11]).varint().is_err(), "no end in 10 bytes");
+        assert!(Reader(&[0x80]).varint().is_err(), "cut short");
     }
 
     #[test]

@@ -26,16 +26,21 @@
 //! depend on what was forgotten when.
 //!
 //! **State** (per partition, beside the window's own): one entry per trace, `0x42 trace` →
-//! its spans that may still get children and its children waiting for a parent; and
-//! [`EXPIRY`] timers that are expiry lists — one per minute and batch, at the minute after
-//! its traces' last spans are due, carrying their keys. A trace's spans mostly arrive
+//! its spans that may still get children and its children waiting for a parent, compactly
+//! (variable-length integers, times relative to the trace's earliest start, each service
+//! once, hex span ids in half the bytes); and [`EXPIRY`] timers that are expiry lists — one
+//! per minute and batch, at the minute after its traces' last spans are due, carrying their
+//! keys. A trace is on one list at a time: when spans that are due later join it, it moves to
+//! a later list and the move is recorded (`0x43 minute trace`), so a list that fires removes
+//! its traces without reading them, skipping those that moved. A trace's spans mostly arrive
 //! together — the Collector batches a service's spans, and the exchange keeps a trace's rows
 //! in order in one partition — so a trace costs one state read and one write per batch it
-//! appears in and one delete when it is forgotten, not a few writes per span, and no timer of
-//! its own. Keeping a span longer than its own expiry changes nothing written: an edge it
-//! makes then is late.
+//! appears in and one blind delete when it is forgotten, not a few writes per span, and no
+//! timer of its own. Keeping a span longer than its own expiry changes nothing written: an
+//! edge it makes then is late.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use arrow_array::builder::{Int64Builder, StringBuilder};
@@ -47,7 +52,7 @@ use floe_core::exchange::SOURCE_CLOCK_COLUMN;
 use floe_core::{StreamBatch, StreamSpec};
 
 use crate::aggregate::{AggKind, Aggregate};
-use crate::codec::{Reader, Writer, integer_at};
+use crate::codec::{Reader, Writer, integer_at, sortable};
 use crate::minutes::{MINUTE, RequestColumns, checked_input, integers_of, strings_of};
 use crate::timers::EXPIRY;
 use crate::window::{Window, WindowKind, WindowSpec, event_times, iceberg_schema, timestamp};
@@ -86,7 +91,7 @@ impl EdgesSpec {
     /// Everything the stored state depends on.
     pub fn fingerprint(&self) -> String {
         format!(
-            "edges v3 time={} ooo={} lateness={} join={}",
+            "edges v4 time={} ooo={} lateness={} join={}",
             self.time_column, self.out_of_orderness, self.allowed_lateness, self.join_window
         )
     }
@@ -102,9 +107,9 @@ impl EdgesSpec {
             .saturating_add(1)
     }
 
-    /// Whether `child` is a request from `parent`'s service to another: a different service,
-    /// starting at most `join_window` after its parent.
-    fn joins(&self, parent: &Kept, child: &Kept) -> bool {
+    /// Whether `child` is a request from `parent`'s service to another (both of one trace):
+    /// a different service, starting at most `join_window` after its parent.
+    fn joins(&self, parent: &Parent, child: &Child) -> bool {
         parent.service != child.service
             && child.start <= parent.start.saturating_add(self.join_window)
     }
@@ -115,86 +120,147 @@ impl EdgesSpec {
     }
 }
 
-/// A span kept in state: a possible parent, or a child waiting for its parent.
+/// A span that may still get children: its service (an index into its trace's services),
+/// start and source clock — all an edge needs of its caller.
 #[derive(Debug, Clone, PartialEq)]
-struct Kept {
-    service: String,
+struct Parent {
+    service: u32,
+    start: i64,
+    clock: Option<i64>,
+}
+
+/// A span waiting for its parent, with what its edge will carry.
+#[derive(Debug, Clone, PartialEq)]
+struct Child {
+    service: u32,
     start: i64,
     duration: i64,
     error: i64,
     clock: Option<i64>,
 }
 
-impl Kept {
-    fn encode(&self, w: &mut Writer) {
-        w.bytes(self.service.as_bytes());
-        w.i64(self.start);
-        w.i64(self.duration);
-        w.i64(self.error);
-        match self.clock {
-            Some(c) => {
-                w.u8(1);
-                w.i64(c);
+/// A span id as kept and matched: lowercase hex (as OTLP ids land) in half the bytes,
+/// anything else as it is; a first byte tells which, so the two never collide.
+fn compact_id(id: &str) -> Vec<u8> {
+    let hex = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let raw = id.as_bytes();
+    if raw.len().is_multiple_of(2) {
+        let mut out = Vec::with_capacity(1 + raw.len() / 2);
+        out.push(0);
+        for pair in raw.chunks_exact(2) {
+            match (hex(pair[0]), hex(pair[1])) {
+                (Some(high), Some(low)) => out.push(high << 4 | low),
+                _ => break,
             }
-            None => w.u8(0),
+        }
+        if out.len() == 1 + raw.len() / 2 {
+            return out;
         }
     }
-
-    fn decode(r: &mut Reader<'_>) -> Result<Self, String> {
-        let service = text(r)?;
-        let (start, duration, error) = (r.i64()?, r.i64()?, r.i64()?);
-        let clock = match r.u8()? {
-            0 => None,
-            _ => Some(r.i64()?),
-        };
-        Ok(Self {
-            service,
-            start,
-            duration,
-            error,
-            clock,
-        })
-    }
-}
-
-fn text(r: &mut Reader<'_>) -> Result<String, String> {
-    String::from_utf8(r.bytes()?.to_vec()).map_err(|e| e.to_string())
+    let mut out = Vec::with_capacity(1 + raw.len());
+    out.push(1);
+    out.extend_from_slice(raw);
+    out
 }
 
 /// What one trace keeps between batches: one state entry, so a trace whose spans arrive
 /// together costs one read and one write, not a few per span.
 #[derive(Debug, Default, Clone, PartialEq)]
 struct Trace {
-    /// The time of the trace's expiry timer, once one is registered.
+    /// The minute of the expiry list the trace is on, once it is on one.
     timer: Option<i64>,
-    /// Spans that may still get children, by span id.
-    parents: BTreeMap<String, Kept>,
-    /// Children waiting for their parent: (parent's span id, child).
-    waiting: Vec<(String, Kept)>,
+    /// The services of its spans, each once.
+    services: Vec<String>,
+    /// Spans that may still get children, by compact span id.
+    parents: BTreeMap<Vec<u8>, Parent>,
+    /// Children waiting for their parent: (parent's compact span id, child).
+    waiting: Vec<(Vec<u8>, Child)>,
+}
+
+/// A clock that may be missing, relative to `base`.
+fn write_clock(w: &mut Writer, clock: Option<i64>, base: i64) {
+    match clock {
+        Some(c) => {
+            w.u8(1);
+            w.zigzag(c.wrapping_sub(base));
+        }
+        None => w.u8(0),
+    }
+}
+
+fn read_clock(r: &mut Reader<'_>, base: i64) -> Result<Option<i64>, String> {
+    Ok(match r.u8()? {
+        0 => None,
+        _ => Some(r.zigzag()?.wrapping_add(base)),
+    })
 }
 
 impl Trace {
-    const VERSION: u8 = 2;
+    /// Layout 3: variable-length integers, times relative to the earliest start, services
+    /// once per trace, compact span ids — about a third of layout 2.
+    const VERSION: u8 = 3;
+
+    /// The index of `service` in [`Self::services`], added if new.
+    fn service(&mut self, service: &str) -> u32 {
+        match self.services.iter().position(|s| s == service) {
+            Some(i) => i as u32,
+            None => {
+                self.services.push(service.to_string());
+                (self.services.len() - 1) as u32
+            }
+        }
+    }
 
     fn encode(&self) -> Vec<u8> {
-        let mut w = Writer(Vec::new());
+        // Only the services of spans still kept, renumbered in order of use.
+        let mut used: Vec<Option<u32>> = vec![None; self.services.len()];
+        let mut names: Vec<&str> = Vec::new();
+        let mut renumber = |service: u32| {
+            let slot = &mut used[service as usize];
+            *slot.get_or_insert_with(|| {
+                names.push(&self.services[service as usize]);
+                (names.len() - 1) as u32
+            })
+        };
+        let parents: Vec<u32> = self.parents.values().map(|k| renumber(k.service)).collect();
+        let waiting: Vec<u32> = self
+            .waiting
+            .iter()
+            .map(|(_, k)| renumber(k.service))
+            .collect();
+        let base = (self.parents.values().map(|k| k.start))
+            .chain(self.waiting.iter().map(|(_, k)| k.start))
+            .min()
+            .unwrap_or(0);
+        let mut w = Writer(Vec::with_capacity(
+            24 + 16 * names.len() + 32 * (parents.len() + waiting.len()),
+        ));
         w.u8(Self::VERSION);
-        match self.timer {
-            Some(t) => {
-                w.u8(1);
-                w.i64(t);
-            }
-            None => w.u8(0),
+        write_clock(&mut w, self.timer, 0);
+        w.zigzag(base);
+        w.varint(names.len() as u64);
+        for name in names {
+            w.short_bytes(name.as_bytes());
         }
-        w.u64(self.parents.len() as u64);
-        for (span, kept) in &self.parents {
-            w.bytes(span.as_bytes());
-            kept.encode(&mut w);
+        w.varint(self.parents.len() as u64);
+        for ((span, kept), service) in self.parents.iter().zip(parents) {
+            w.short_bytes(span);
+            w.varint(u64::from(service));
+            w.zigzag(kept.start.wrapping_sub(base));
+            write_clock(&mut w, kept.clock, base);
         }
-        w.u64(self.waiting.len() as u64);
-        for (parent, kept) in &self.waiting {
-            w.bytes(parent.as_bytes());
-            kept.encode(&mut w);
+        w.varint(self.waiting.len() as u64);
+        for ((parent, kept), service) in self.waiting.iter().zip(waiting) {
+            w.short_bytes(parent);
+            w.varint(u64::from(service));
+            w.zigzag(kept.start.wrapping_sub(base));
+            w.zigzag(kept.duration);
+            w.zigzag(kept.error);
+            write_clock(&mut w, kept.clock, base);
         }
         w.0
     }
@@ -204,23 +270,49 @@ impl Trace {
         if r.u8()? != Self::VERSION {
             return Err("a trace's spans in a layout of another version".into());
         }
-        let timer = match r.u8()? {
-            0 => None,
-            _ => Some(r.i64()?),
+        let timer = read_clock(&mut r, 0)?;
+        let base = r.zigzag()?;
+        let text = |r: &mut Reader<'_>| {
+            String::from_utf8(r.short_bytes()?.to_vec()).map_err(|e| e.to_string())
         };
-        let mut trace = Self {
+        let services = (0..r.varint()?)
+            .map(|_| text(&mut r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let service = |r: &mut Reader<'_>| {
+            let i = r.varint()?;
+            match i < services.len() as u64 {
+                true => Ok(i as u32),
+                false => Err(format!("a span of service #{i} of {}", services.len())),
+            }
+        };
+        let mut parents = BTreeMap::new();
+        for _ in 0..r.varint()? {
+            let span = r.short_bytes()?.to_vec();
+            let kept = Parent {
+                service: service(&mut r)?,
+                start: r.zigzag()?.wrapping_add(base),
+                clock: read_clock(&mut r, base)?,
+            };
+            parents.insert(span, kept);
+        }
+        let mut waiting = Vec::new();
+        for _ in 0..r.varint()? {
+            let parent = r.short_bytes()?.to_vec();
+            let kept = Child {
+                service: service(&mut r)?,
+                start: r.zigzag()?.wrapping_add(base),
+                duration: r.zigzag()?,
+                error: r.zigzag()?,
+                clock: read_clock(&mut r, base)?,
+            };
+            waiting.push((parent, kept));
+        }
+        Ok(Self {
             timer,
-            ..Self::default()
-        };
-        for _ in 0..r.u64()? {
-            let span = text(&mut r)?;
-            trace.parents.insert(span, Kept::decode(&mut r)?);
-        }
-        for _ in 0..r.u64()? {
-            let parent = text(&mut r)?;
-            trace.waiting.push((parent, Kept::decode(&mut r)?));
-        }
-        Ok(trace)
+            services,
+            parents,
+            waiting,
+        })
     }
 
     /// The clock at which every span kept can be forgotten.
@@ -246,35 +338,51 @@ impl Trace {
     fn arrive(
         &mut self,
         spec: &EdgesSpec,
-        span: &str,
-        parent: Option<&str>,
-        this: Kept,
+        (span, parent): (Vec<u8>, Option<Vec<u8>>),
+        service: &str,
+        this: Child,
         found: &mut Found,
     ) {
+        let this = Child {
+            service: self.service(service),
+            ..this
+        };
         // The clock at or past which an entry is not worth keeping: what it joins is late.
         let worthless = |expires: i64| this.clock.is_some_and(|c| c >= expires);
+        let name = |i: u32| self.services[i as usize].as_str();
         // As a child: its parent may be here already.
         if let Some(parent) = parent {
-            if let Some(caller) = self.parents.get(parent) {
+            if let Some(caller) = self.parents.get(&parent) {
                 if spec.joins(caller, &this) {
-                    found.push(&caller.service, &this, later(caller.clock, this.clock));
+                    let clock = later(caller.clock, this.clock);
+                    found.push(name(caller.service), name(this.service), &this, clock);
                 }
             } else if !worthless(spec.child_expires(this.start)) {
-                self.waiting.push((parent.to_string(), this.clone()));
+                self.waiting.push((parent, this.clone()));
             }
         }
         // As a parent: children may have waited for it.
+        let me = Parent {
+            service: this.service,
+            start: this.start,
+            clock: this.clock,
+        };
+        let services = &self.services;
         self.waiting.retain(|(waits_for, child)| {
-            if waits_for != span {
+            if *waits_for != span {
                 return true;
             }
-            if spec.joins(&this, child) {
-                found.push(&this.service, child, later(child.clock, this.clock));
+            if spec.joins(&me, child) {
+                let (caller, callee) = (
+                    &services[me.service as usize],
+                    &services[child.service as usize],
+                );
+                found.push(caller, callee, child, later(child.clock, me.clock));
             }
             false
         });
-        if !worthless(spec.parent_expires(this.start)) {
-            self.parents.insert(span.to_string(), this);
+        if !worthless(spec.parent_expires(me.start)) {
+            self.parents.insert(span, me);
         }
     }
 }
@@ -301,8 +409,24 @@ fn trace_key(trace: &str) -> Vec<u8> {
     k
 }
 
+/// The key recording that trace `key` left the expiry list of minute `at` for a later one.
+fn moved_key(at: i64, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + key.len());
+    k.extend_from_slice(&moved_prefix(at));
+    k.extend_from_slice(key);
+    k
+}
+
+fn moved_prefix(at: i64) -> [u8; 9] {
+    let mut k = [MOVED; 9];
+    k[1..].copy_from_slice(&sortable(at));
+    k
+}
+
 /// The state namespace of traces.
 const TRACE: u8 = 0x42;
+/// The state namespace of traces that left an expiry list (see [`moved_key`]).
+const MOVED: u8 = 0x43;
 
 /// A string cell, `None` when null.
 fn text_at(array: &StringArray, row: usize) -> Option<&str> {
@@ -326,10 +450,10 @@ struct Found {
 }
 
 impl Found {
-    fn push(&mut self, caller: &str, child: &Kept, clock: Option<i64>) {
+    fn push(&mut self, caller: &str, callee: &str, child: &Child, clock: Option<i64>) {
         self.time.push(child.start);
         self.caller.append_value(caller);
-        self.callee.append_value(&child.service);
+        self.callee.append_value(callee);
         self.error.append_value(child.error);
         self.duration.append_value(child.duration);
         self.clock.append_option(clock);
@@ -468,10 +592,12 @@ impl Edges {
             .transpose()
     }
 
-    /// Writes `trace` back under `key`, or removes it (`existed`) when it keeps nothing. A
-    /// trace without a timer joins the expiry list of the minute after its last span is due
-    /// (written by [`Self::register_pending`]); one whose list fires while spans are still
-    /// kept joins a later list (see [`Operator::on_event_clock`]).
+    /// Writes `trace` back under `key`. A trace is on exactly one expiry list, the one of the
+    /// minute after all its spans are due: a trace new to state joins it (written by
+    /// [`Self::register_pending`]); one whose spans are now due later moves to a later list,
+    /// and the move is recorded under [`MOVED`] so the list it left skips it. A trace that
+    /// keeps nothing stays until its list removes it, so it never comes back onto an earlier
+    /// list than the one still naming it.
     fn store(
         &mut self,
         ctx: &mut Context<'_>,
@@ -480,20 +606,52 @@ impl Edges {
         mut trace: Trace,
         existed: bool,
     ) -> OpResult<()> {
-        let Some(expires) = trace.expires(&self.spec) else {
-            if existed {
-                ctx.delete(p, key)?;
+        let due = trace
+            .expires(&self.spec)
+            .map(|expires| expires.div_euclid(MINUTE).saturating_add(1) * MINUTE);
+        match (trace.timer, due) {
+            (None, None) => {
+                if existed {
+                    ctx.delete(p, key)?;
+                }
+                return Ok(());
             }
-            return Ok(());
-        };
-        if trace.timer.is_none() {
-            let at = expires.div_euclid(MINUTE).saturating_add(1) * MINUTE;
-            self.pending.entry((p, at)).or_default().push(key.to_vec());
-            trace.timer = Some(at);
-            let floor = self.floors.entry(p).or_insert(i64::MIN);
-            *floor = (*floor).min(at);
+            (Some(on), Some(at)) if at > on => {
+                ctx.put(p, &moved_key(on, key), &[])?;
+                self.pend(p, at, key);
+                trace.timer = Some(at);
+            }
+            (None, Some(at)) => {
+                self.pend(p, at, key);
+                trace.timer = Some(at);
+            }
+            (Some(_), _) => {}
         }
         ctx.put(p, key, &trace.encode())
+    }
+
+    /// Puts trace `key` on partition `p`'s expiry list of minute `at`.
+    fn pend(&mut self, p: u32, at: i64, key: &[u8]) {
+        self.pending.entry((p, at)).or_default().push(key.to_vec());
+        let floor = self.floors.entry(p).or_insert(i64::MIN);
+        *floor = (*floor).min(at);
+    }
+
+    /// The traces that left partition `p`'s expiry lists of minute `at`, forgetting the record.
+    fn take_moved(&self, ctx: &mut Context<'_>, p: u32, at: i64) -> OpResult<HashSet<Vec<u8>>> {
+        let prefix = moved_prefix(at);
+        let end = moved_prefix(at.saturating_add(1));
+        let mut keys = Vec::new();
+        ctx.scan(p, &prefix, Some(&end), |k, _| {
+            keys.push(k.to_vec());
+            ControlFlow::Continue(())
+        })?;
+        let mut moved = HashSet::with_capacity(keys.len());
+        for k in keys {
+            ctx.delete(p, &k)?;
+            moved.insert(k[prefix.len()..].to_vec());
+        }
+        Ok(moved)
     }
 
     /// Writes the expiry lists [`Self::store`] started: one timer per (partition, minute) and
@@ -577,8 +735,8 @@ impl Edges {
                 kept.forget_due(&self.spec, *clock);
             }
             for &(row, start, error, duration) in &by_trace[trace] {
-                let this = Kept {
-                    service: services.value(row).to_string(),
+                let this = Child {
+                    service: 0,
                     start,
                     duration,
                     error,
@@ -586,8 +744,11 @@ impl Edges {
                         .as_ref()
                         .and_then(|c| (!c.is_null(row)).then(|| c.value(row))),
                 };
-                let parent = text_at(&parents, row).filter(|s| !s.is_empty());
-                kept.arrive(&self.spec, spans.value(row), parent, this, &mut found);
+                let parent = text_at(&parents, row)
+                    .filter(|s| !s.is_empty())
+                    .map(compact_id);
+                let ids = (compact_id(spans.value(row)), parent);
+                kept.arrive(&self.spec, ids, services.value(row), this, &mut found);
             }
             self.store(ctx, p, &key, kept, existed)?;
         }
@@ -655,20 +816,19 @@ impl Operator for Edges {
         max_time: i64,
         ctx: &mut Context<'_>,
     ) -> OpResult<()> {
-        // Spans whose every edge would now be late are forgotten.
+        // The traces on a list that is due keep nothing worth keeping (their every span is due
+        // before the list's minute): they are removed unread, but for those that moved on.
         let from = self.floors.get(&partition).copied().unwrap_or(i64::MIN);
+        let mut moved: Option<(i64, HashSet<Vec<u8>>)> = None;
         for (at, _, list) in EXPIRY.take_due_values(ctx, partition, from, max_time)? {
+            if moved.as_ref().is_none_or(|(of, _)| *of != at) {
+                moved = Some((at, self.take_moved(ctx, partition, at)?));
+            }
+            let left = &moved.as_ref().expect("just set").1;
             for key in decode_keys(&list).map_err(|e| self.invalid(e))? {
-                let Some(mut trace) = self.load(ctx, partition, &key)? else {
-                    continue;
-                };
-                if trace.timer != Some(at) {
-                    // A trace forgotten before and back since: it is on a list of its own.
-                    continue;
+                if !left.contains(&key) {
+                    ctx.delete(partition, &key)?;
                 }
-                trace.forget_due(&self.spec, max_time);
-                trace.timer = None;
-                self.store(ctx, partition, &key, trace, true)?;
             }
         }
         self.register_pending(ctx)?;
@@ -904,15 +1064,18 @@ mod tests {
             .unwrap();
         collect(ctx.finish().0, &mut out);
         late += op.stats().late_rows;
-        // Everything waiting was forgotten once the clock passed it.
-        let mut left = 0;
+        // Everything waiting was forgotten once the clock passed it, and every move between
+        // expiry lists with it.
         let ctx = Context::new(Some(&mut store), 0, &names);
-        ctx.scan(0, &[TRACE], Some(&[TRACE + 1]), |_, _| {
-            left += 1;
-            ControlFlow::Continue(())
-        })
-        .unwrap();
-        assert_eq!(left, 0, "spans left in state");
+        for namespace in [TRACE, MOVED] {
+            let mut left = 0;
+            ctx.scan(0, &[namespace], Some(&[namespace + 1]), |_, _| {
+                left += 1;
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+            assert_eq!(left, 0, "entries of namespace {namespace:#x} left in state");
+        }
         drop(ctx);
         let _ = std::fs::remove_dir_all(&dir);
         (out, late)
@@ -1098,6 +1261,85 @@ mod tests {
         assert_eq!(late, 0);
         let edges: Vec<_> = rows.keys().map(|k| (k.1.as_str(), k.2.as_str())).collect();
         assert_eq!(edges, vec![("checkout", "payments")], "{rows:?}");
+    }
+
+    #[test]
+    fn a_trace_round_trips_in_a_third_of_the_old_layout_with_only_the_services_it_keeps() {
+        // Hex ids are halved, anything else is kept as it is, and the two never collide.
+        assert_eq!(compact_id("00ff"), vec![0, 0x00, 0xff]);
+        assert_eq!(compact_id("00FF"), b"\x0100FF".to_vec());
+        assert_eq!(compact_id("abc"), b"\x01abc".to_vec());
+        assert_ne!(compact_id("6162"), compact_id("ab"));
+        let spec = spec();
+        let mut trace = Trace::default();
+        let mut found = Found::default();
+        let child = |start, clock| Child {
+            service: 0,
+            start,
+            duration: 42_000,
+            error: 1,
+            clock,
+        };
+        let ids = |span: &str, parent: Option<&str>| (compact_id(span), parent.map(compact_id));
+        trace.arrive(
+            &spec,
+            ids("a1", None),
+            "gone",
+            child(T0 - 600 * S, None),
+            &mut found,
+        );
+        trace.arrive(
+            &spec,
+            ids("b2", Some("zz")),
+            "checkout",
+            child(T0, Some(T0 - S)),
+            &mut found,
+        );
+        trace.arrive(
+            &spec,
+            ids("c3", Some("b2")),
+            "payments",
+            child(T0 + S, None),
+            &mut found,
+        );
+        trace.timer = Some(T0 + 300 * S);
+        trace.forget_due(&spec, T0 - 60 * S);
+        assert_eq!(trace.services.len(), 3, "{:?}", trace.services);
+        let bytes = trace.encode();
+        let back = Trace::decode(&bytes).unwrap();
+        assert_eq!(
+            back.services,
+            vec!["checkout", "payments"],
+            "the forgotten span's service left"
+        );
+        let named = |t: &Trace| {
+            let parents: Vec<_> = t
+                .parents
+                .iter()
+                .map(|(id, k)| {
+                    (
+                        id.clone(),
+                        t.services[k.service as usize].clone(),
+                        k.start,
+                        k.clock,
+                    )
+                })
+                .collect();
+            let waiting: Vec<_> = t
+                .waiting
+                .iter()
+                .map(|(id, k)| {
+                    let service = t.services[k.service as usize].clone();
+                    (id.clone(), service, k.start, k.duration, k.error, k.clock)
+                })
+                .collect();
+            (t.timer, parents, waiting)
+        };
+        assert_eq!(named(&back), named(&trace));
+        assert_eq!(found.time, vec![T0 + S], "c3 joined b2");
+        // Two parents and a waiting child in under 80 bytes.
+        assert!(bytes.len() < 80, "{} bytes", bytes.len());
+        assert!(Trace::decode(&bytes[..bytes.len() - 1]).is_err());
     }
 
     #[test]

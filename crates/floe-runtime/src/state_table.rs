@@ -82,11 +82,22 @@ pub(crate) fn changes_batch(
     if changes.is_empty() && resets.is_empty() {
         return (None, 0);
     }
-    let mut operator = StringBuilder::new();
-    let mut partition = StringBuilder::new();
-    let mut key = LargeBinaryBuilder::new();
-    let mut value = LargeBinaryBuilder::new();
-    let mut op = Int8Builder::new();
+    // Sized up front: a checkpoint's changes can be hundreds of MiB, and builders that grow
+    // by doubling copy them and fault fresh pages in again at every step.
+    let rows = changes.len() + resets.len();
+    let key_bytes = changes.iter().map(|c| c.key.len()).sum::<usize>()
+        + resets.iter().map(|r| r.2.len()).sum::<usize>();
+    let value_bytes = changes
+        .iter()
+        .filter_map(|c| c.value.as_ref())
+        .map(Vec::len)
+        .sum();
+    let name_bytes = operators.iter().map(String::len).max().unwrap_or(0);
+    let mut operator = StringBuilder::with_capacity(rows, rows * name_bytes);
+    let mut partition = StringBuilder::with_capacity(rows, rows * 16);
+    let mut key = LargeBinaryBuilder::with_capacity(rows, key_bytes);
+    let mut value = LargeBinaryBuilder::with_capacity(rows, value_bytes);
+    let mut op = Int8Builder::with_capacity(rows);
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut bytes = 0u64;
     for c in changes {

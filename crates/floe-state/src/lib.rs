@@ -173,8 +173,14 @@ impl StateStore {
             true,
             cache.clone(),
         );
-        let cf_options = || {
+        // `lookups`: the column family is read key by key (not only scanned), so its memtables
+        // get a bloom filter too — most gets of a new key would otherwise walk every memtable.
+        let cf_options = |lookups: bool| {
             let mut o = Options::default();
+            if lookups {
+                o.set_memtable_prefix_bloom_ratio(0.05);
+                o.set_memtable_whole_key_filtering(true);
+            }
             let mut table = BlockBasedOptions::default();
             table.set_block_cache(&cache);
             // Index and filter blocks live in the (bounded) cache, partitioned so a lookup
@@ -193,7 +199,7 @@ impl StateStore {
             o.set_max_write_buffer_number(3);
             o
         };
-        let mut options = cf_options();
+        let mut options = cf_options(false);
         options.create_if_missing(true);
         options.create_missing_column_families(true);
         options.set_write_buffer_manager(&buffers);
@@ -203,8 +209,8 @@ impl StateStore {
             &options,
             dir,
             [
-                ColumnFamilyDescriptor::new(STATE, cf_options()),
-                ColumnFamilyDescriptor::new(CHANGES, cf_options()),
+                ColumnFamilyDescriptor::new(STATE, cf_options(true)),
+                ColumnFamilyDescriptor::new(CHANGES, cf_options(false)),
             ],
         )?;
         let mut write = WriteOptions::default();

@@ -23,7 +23,8 @@
 //!
 //! * (f) (c) and the service map operator on the exchanged spans: the map's own cost.
 //!
-//! `FLOE_BENCH_SPANS` sets the volume (default 2,000,000). (e) needs `FLOE_TEST_OTELCOL`; it
+//! `FLOE_BENCH_SPANS` sets the volume (default 2,000,000); `FLOE_BENCH_JOBS` the jobs that
+//! run, by letter (default `abcdef`). (e) needs `FLOE_TEST_OTELCOL`; it
 //! is skipped without it.
 
 use std::collections::BTreeMap;
@@ -181,6 +182,20 @@ fn shipped_recipe() -> String {
     text[at..].to_string()
 }
 
+/// Which jobs run: `FLOE_BENCH_JOBS` (their letters, e.g. `ab`), all by default — to time or
+/// profile one job without the others.
+struct Only(Option<String>);
+
+impl Only {
+    fn from_env() -> Self {
+        Self(std::env::var("FLOE_BENCH_JOBS").ok())
+    }
+
+    fn wants(&self, job: char) -> bool {
+        self.0.as_ref().is_none_or(|jobs| jobs.contains(job))
+    }
+}
+
 struct Bench {
     client: CatalogClient,
     dir: PathBuf,
@@ -292,80 +307,129 @@ async fn main() {
         uri: catalog.uri.clone(),
     };
     let exchange = |name: &str| format!("bench_{name}_{run_id}");
+    let recipe_text = shipped_recipe();
+    let edges_text = format!("{EXCHANGE_ONLY}{EDGES}");
 
-    let plain = bench.run("plain", "", &[]).await;
-    let recipe = bench
-        .run(
-            "recipe",
-            &shipped_recipe(),
-            &[
-                ("FLOE_EXCHANGE_TOPIC", exchange("recipe_service")),
-                ("FLOE_EDGES_TOPIC", exchange("recipe_trace")),
-            ],
-        )
-        .await;
+    let only = Only::from_env();
+    let plain = match only.wants('a') {
+        true => Some(bench.run("plain", "", &[]).await),
+        false => None,
+    };
+    let recipe = match only.wants('b') {
+        true => Some(
+            bench
+                .run(
+                    "recipe",
+                    &recipe_text,
+                    &[
+                        ("FLOE_EXCHANGE_TOPIC", exchange("recipe_service")),
+                        ("FLOE_EDGES_TOPIC", exchange("recipe_trace")),
+                    ],
+                )
+                .await,
+        ),
+        false => None,
+    };
     let through = exchange("through");
-    let exchanged = bench
-        .run(
-            "exchanged",
-            EXCHANGE_ONLY,
-            &[("FLOE_EDGES_TOPIC", through.clone())],
-        )
-        .await;
-    let exchange_records: i64 = topic_ends(&brokers, &through).values().sum();
-    let edges = bench
-        .run(
-            "edges",
-            &format!("{EXCHANGE_ONLY}{EDGES}"),
-            &[("FLOE_EDGES_TOPIC", exchange("edges_trace"))],
-        )
-        .await;
-    let red = bench
-        .run(
-            "red",
-            RED_ONLY,
-            &[("FLOE_EXCHANGE_TOPIC", exchange("red_service"))],
-        )
-        .await;
-    let collector = collector(&dir, &payloads).await;
+    let exchanged = match only.wants('c') {
+        true => Some(
+            bench
+                .run(
+                    "exchanged",
+                    EXCHANGE_ONLY,
+                    &[("FLOE_EDGES_TOPIC", through.clone())],
+                )
+                .await,
+        ),
+        false => None,
+    };
+    let edges = match only.wants('f') {
+        true => Some(
+            bench
+                .run(
+                    "edges",
+                    &edges_text,
+                    &[("FLOE_EDGES_TOPIC", exchange("edges_trace"))],
+                )
+                .await,
+        ),
+        false => None,
+    };
+    let red = match only.wants('d') {
+        true => Some(
+            bench
+                .run(
+                    "red",
+                    RED_ONLY,
+                    &[("FLOE_EXCHANGE_TOPIC", exchange("red_service"))],
+                )
+                .await,
+        ),
+        false => None,
+    };
+    let collector = match only.wants('e') {
+        true => collector(&dir, &payloads).await,
+        false => None,
+    };
 
     println!(
         "\n{:<62} {:>10} {:>10} {:>12} {:>9}",
         "job", "spans/s", "drained/s", "spans/cpu-s", "RSS MiB"
     );
-    plain.row("(a) OTLP job, spans landed, no operators", spans);
-    recipe.row(
-        "(b) jobs/otlp-red.toml: RED, SLOs, regressions, service map",
-        spans,
-    );
-    exchanged.row(
-        "(c) (a) + every span through an exchange by trace id",
-        spans,
-    );
-    red.row("(d) Floe's RED alone (spans not landed)", spans);
-    edges.row("(f) (c) + the service map on the exchanged spans", spans);
-    if let Some(c) = &collector {
-        c.row("(e) Collector span metrics connector, OTLP/HTTP", spans);
+    let rows = [
+        (&plain, "(a) OTLP job, spans landed, no operators"),
+        (
+            &recipe,
+            "(b) jobs/otlp-red.toml: RED, SLOs, regressions, service map",
+        ),
+        (
+            &exchanged,
+            "(c) (a) + every span through an exchange by trace id",
+        ),
+        (&red, "(d) Floe's RED alone (spans not landed)"),
+        (&edges, "(f) (c) + the service map on the exchanged spans"),
+        (
+            &collector,
+            "(e) Collector span metrics connector, OTLP/HTTP",
+        ),
+    ];
+    for (run, label) in rows {
+        if let Some(run) = run {
+            run.row(label, spans);
+        }
     }
-    println!(
-        "(b)/(a) = {:.2} sustained (target ≥ 0.60), {:.2} drained; (c)/(a) = {:.2} sustained, {:.2} drained",
-        plain.input_seconds / recipe.input_seconds,
-        plain.seconds / recipe.seconds,
-        plain.input_seconds / exchanged.input_seconds,
-        plain.seconds / exchanged.seconds
-    );
-    println!(
-        "exchange (c): {spans} rows in {exchange_records} records, {:.0} rows/s, {:.0} rows per \
-         CPU-second of the job",
-        spans as f64 / exchanged.seconds,
-        spans as f64 / exchanged.cpu.max(0.01)
-    );
-    match &collector {
-        Some(c) => println!(
+    if let (Some(plain), Some(recipe)) = (&plain, &recipe) {
+        println!(
+            "(b)/(a) = {:.2} sustained (target ≥ 0.60), {:.2} drained",
+            plain.input_seconds / recipe.input_seconds,
+            plain.seconds / recipe.seconds,
+        );
+    }
+    if let (Some(plain), Some(exchanged)) = (&plain, &exchanged) {
+        println!(
+            "(c)/(a) = {:.2} sustained, {:.2} drained",
+            plain.input_seconds / exchanged.input_seconds,
+            plain.seconds / exchanged.seconds
+        );
+    }
+    if let Some(exchanged) = &exchanged {
+        let exchange_records: i64 = topic_ends(&brokers, &through).values().sum();
+        println!(
+            "exchange (c): {spans} rows in {exchange_records} records, {:.0} rows/s, {:.0} rows \
+             per CPU-second of the job",
+            spans as f64 / exchanged.seconds,
+            spans as f64 / exchanged.cpu.max(0.01)
+        );
+    }
+    match (&collector, &red) {
+        (Some(c), Some(red)) => println!(
             "spans per CPU-second (d)/(e) = {:.2} (Floe's RED over the Collector's)",
             c.cpu / red.cpu.max(0.01)
         ),
-        None => println!("(e) skipped: FLOE_TEST_OTELCOL is not set"),
+        (None, Some(_)) if only.wants('e') => {
+            println!("(e) skipped: FLOE_TEST_OTELCOL is not set")
+        }
+        _ => {}
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
