@@ -52,8 +52,8 @@ use floe_core::exchange::SOURCE_CLOCK_COLUMN;
 use floe_core::{StreamBatch, StreamSpec};
 
 use crate::aggregate::{AggKind, Aggregate};
-use crate::codec::{Reader, Writer, integer_at, sortable};
-use crate::minutes::{MINUTE, RequestColumns, checked_input, integers_of, strings_of};
+use crate::codec::{Reader, Writer, sortable};
+use crate::minutes::{MINUTE, RequestColumns, RequestValues, checked_input, strings_of};
 use crate::timers::EXPIRY;
 use crate::window::{Window, WindowKind, WindowSpec, event_times, iceberg_schema, timestamp};
 use crate::{Context, OpError, OpResult, Operator, OperatorStats};
@@ -678,9 +678,13 @@ impl Edges {
         let [traces, spans, parents] = SPAN_COLUMNS.map(strings);
         let (traces, spans, parents) = (traces?, spans?, parents?);
         let services = strings(&self.spec.service_column)?;
-        let integers = |name: &str| integers_of(rows, name).map_err(|e| self.invalid(e));
-        let errors = integers(&self.spec.error_column)?;
-        let durations = integers(&self.spec.duration_column)?;
+        let spec = &self.spec;
+        let names = [
+            &*spec.time_column,
+            &spec.error_column,
+            &spec.duration_column,
+        ];
+        let values = RequestValues::of(rows, &spec.id, names).map_err(|e| self.invalid(e))?;
         let clocks = rows
             .column_by_name(SOURCE_CLOCK_COLUMN)
             .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
@@ -698,23 +702,7 @@ impl Edges {
             if trace.is_empty() || span.is_empty() {
                 continue;
             }
-            let values = (
-                *time,
-                integer_at(errors.as_ref(), row),
-                integer_at(durations.as_ref(), row),
-            );
-            let (Some(start), Some(error), Some(duration)) = values else {
-                let missing = match values {
-                    (None, ..) => &self.spec.time_column,
-                    (_, None, _) => &self.spec.error_column,
-                    _ => &self.spec.duration_column,
-                };
-                ctx.dead_letter(
-                    p,
-                    format!("operator {}: no {missing} value", self.spec.id),
-                    rows,
-                    row,
-                );
+            let Some((start, error, duration)) = values.at(ctx, p, rows, (row, *time)) else {
                 continue;
             };
             by_trace

@@ -157,6 +157,55 @@ pub(crate) fn integers_of(rows: &RecordBatch, name: &str) -> Result<ArrayRef, St
         .ok_or_else(|| format!("no column {name}"))
 }
 
+/// The time, error and duration columns of request rows, read row by row: a row that lacks a
+/// value goes to the dead letters, naming the column.
+pub(crate) struct RequestValues<'a> {
+    /// The operator's id, for the dead letter's reason.
+    pub(crate) operator: &'a str,
+    /// The time, error and duration columns' names.
+    pub(crate) names: [&'a str; 3],
+    /// The error column, as [`integers_of`] gives it.
+    pub(crate) errors: ArrayRef,
+    /// The duration column, as [`integers_of`] gives it.
+    pub(crate) durations: ArrayRef,
+}
+
+impl<'a> RequestValues<'a> {
+    /// The columns named `names` (time, error, duration) of `rows`, for operator `operator`.
+    pub(crate) fn of(
+        rows: &RecordBatch,
+        operator: &'a str,
+        names: [&'a str; 3],
+    ) -> Result<Self, String> {
+        Ok(Self {
+            operator,
+            names,
+            errors: integers_of(rows, names[1])?,
+            durations: integers_of(rows, names[2])?,
+        })
+    }
+
+    /// Row `row`'s (time, error, duration), or `None` once it went to the dead letters.
+    pub(crate) fn at(
+        &self,
+        ctx: &mut Context<'_>,
+        p: u32,
+        rows: &RecordBatch,
+        (row, time): (usize, Option<i64>),
+    ) -> Option<(i64, i64, i64)> {
+        let errors = integer_at(self.errors.as_ref(), row);
+        let missing = match (time, errors, integer_at(self.durations.as_ref(), row)) {
+            (Some(t), Some(e), Some(d)) => return Some((t, e, d)),
+            (None, ..) => self.names[0],
+            (_, None, _) => self.names[1],
+            _ => self.names[2],
+        };
+        let reason = format!("operator {}: no {missing} value", self.operator);
+        ctx.dead_letter(p, reason, rows, row);
+        None
+    }
+}
+
 /// The rows of `rows` at `take` for [`Minutes`]: the time column, then `columns` (one value
 /// per taken row), the input row index and the exchange's source clock if the rows have one.
 pub(crate) fn inner_rows(
@@ -372,5 +421,45 @@ impl Minutes {
     /// The window's statistics.
     pub(crate) fn stats(&self) -> OperatorStats {
         self.window.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::{Int32Array, Int64Array};
+
+    use super::*;
+
+    #[test]
+    fn a_request_row_lacking_a_value_is_dead_lettered_naming_its_column() {
+        let errors: ArrayRef = Arc::new(Int32Array::from(vec![Some(1), None, Some(0), Some(0)]));
+        let durations: ArrayRef = Arc::new(Int64Array::from(vec![Some(5), Some(6), None, Some(7)]));
+        let rows = RecordBatch::try_from_iter([
+            ("error", errors.clone()),
+            ("duration_ns", durations.clone()),
+        ])
+        .unwrap();
+        let values = RequestValues::of(&rows, "op", ["ts", "error", "duration_ns"]).unwrap();
+        let names = |p: u32| format!("x/{p}");
+        let mut ctx = Context::new(None, 0, &names);
+        let got: Vec<_> = [Some(10), Some(11), Some(12), None]
+            .into_iter()
+            .enumerate()
+            .map(|(row, time)| values.at(&mut ctx, 3, &rows, (row, time)))
+            .collect();
+        assert_eq!(got, vec![Some((10, 1, 5)), None, None, None]);
+        let (_, dead) = ctx.finish();
+        let reasons: Vec<_> = dead
+            .iter()
+            .map(|d| (d.partition, d.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (3, "operator op: no error value"),
+                (3, "operator op: no duration_ns value"),
+                (3, "operator op: no ts value"),
+            ]
+        );
     }
 }

@@ -52,7 +52,7 @@ use floe_sketch::QuantileSketch;
 use crate::aggregate::{AggKind, Aggregate};
 use crate::codec::{Reader, Writer, integer_at, sortable};
 use crate::minutes::{
-    Closed, MINUTE, Minutes, ROW_COLUMN, RequestColumns, checked_input, inner_rows, integers_of,
+    Closed, MINUTE, Minutes, ROW_COLUMN, RequestColumns, RequestValues, checked_input, inner_rows,
     late_input_rows, strings_of,
 };
 use crate::window::{event_times, iceberg_schema, late_stream, timestamp};
@@ -462,9 +462,13 @@ impl Regression {
         let strings = |name: &str| strings_of(rows, name).map_err(|e| self.invalid(e));
         let services = strings(&self.spec.service_column)?;
         let versions = strings(&self.spec.version_column)?;
-        let integers = |name: &str| integers_of(rows, name).map_err(|e| self.invalid(e));
-        let errors = integers(&self.spec.error_column)?;
-        let durations = integers(&self.spec.duration_column)?;
+        let spec = &self.spec;
+        let names = [
+            &*spec.time_column,
+            &spec.error_column,
+            &spec.duration_column,
+        ];
+        let values = RequestValues::of(rows, &spec.id, names).map_err(|e| self.invalid(e))?;
         let mut take = Vec::new();
         let (mut service, mut version) = (StringBuilder::new(), StringBuilder::new());
         let (mut error, mut duration) = (Int64Builder::new(), Int64Builder::new());
@@ -472,23 +476,7 @@ impl Regression {
             if services.is_null(row) {
                 continue;
             }
-            let values = (
-                time,
-                integer_at(errors.as_ref(), row),
-                integer_at(durations.as_ref(), row),
-            );
-            let (Some(_), Some(e), Some(d)) = values else {
-                let missing = match values {
-                    (None, ..) => &self.spec.time_column,
-                    (_, None, _) => &self.spec.error_column,
-                    _ => &self.spec.duration_column,
-                };
-                ctx.dead_letter(
-                    p,
-                    format!("operator {}: no {missing} value", self.spec.id),
-                    rows,
-                    row,
-                );
+            let Some((_, e, d)) = values.at(ctx, p, rows, (row, *time)) else {
                 continue;
             };
             take.push(row as u32);
