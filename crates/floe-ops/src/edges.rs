@@ -604,18 +604,13 @@ impl Edges {
         p: u32,
         key: &[u8],
         mut trace: Trace,
-        existed: bool,
     ) -> OpResult<()> {
         let due = trace
             .expires(&self.spec)
             .map(|expires| expires.div_euclid(MINUTE).saturating_add(1) * MINUTE);
         match (trace.timer, due) {
-            (None, None) => {
-                if existed {
-                    ctx.delete(p, key)?;
-                }
-                return Ok(());
-            }
+            // New, and nothing worth keeping: every stored trace has a list, so none to delete.
+            (None, None) => return Ok(()),
             (Some(on), Some(at)) if at > on => {
                 ctx.put(p, &moved_key(on, key), &[])?;
                 self.pend(p, at, key);
@@ -716,9 +711,7 @@ impl Edges {
         let mut found = Found::default();
         for trace in order {
             let key = trace_key(trace);
-            let stored = self.load(ctx, p, &key)?;
-            let existed = stored.is_some();
-            let mut kept = stored.unwrap_or_default();
+            let mut kept = self.load(ctx, p, &key)?.unwrap_or_default();
             if let Some(clock) = self.clocks.get(&p) {
                 kept.forget_due(&self.spec, *clock);
             }
@@ -738,7 +731,7 @@ impl Edges {
                 let ids = (compact_id(spans.value(row)), parent);
                 kept.arrive(&self.spec, ids, services.value(row), this, &mut found);
             }
-            self.store(ctx, p, &key, kept, existed)?;
+            self.store(ctx, p, &key, kept)?;
         }
         self.register_pending(ctx)?;
         if found.time.is_empty() {
