@@ -149,6 +149,19 @@ struct Rollup {
 /// A (window, key) of a segment and its partial aggregates.
 type Segment = Vec<((i64, i64, Vec<u8>), Vec<Acc>)>;
 
+/// A batch's encoded keys, end to end in one buffer: one allocation per batch, not per row.
+struct RowKeys {
+    bytes: Vec<u8>,
+    /// Per row: its key's bytes (`None`: a key column is null).
+    ranges: Vec<Option<(usize, usize)>>,
+}
+
+impl RowKeys {
+    fn get(&self, row: usize) -> Option<&[u8]> {
+        self.ranges[row].map(|(from, to)| &self.bytes[from..to])
+    }
+}
+
 /// What processing a partition's rows produced.
 #[derive(Debug, Default)]
 struct Produced {
@@ -504,39 +517,46 @@ impl Window {
         }
     }
 
-    /// The windows `[start, end)` a row at `t` belongs to, by end (tumbling, sliding).
-    fn assign(&self, t: i64) -> Vec<(i64, i64)> {
+    /// Into `out` (emptied first): the windows `[start, end)` a row at `t` belongs to, by end
+    /// (tumbling, sliding).
+    fn assign(&self, t: i64, out: &mut Vec<(i64, i64)>) {
+        out.clear();
         let (size, slide) = match self.spec.kind {
             WindowKind::Tumbling { size } => (size, size),
             WindowKind::Sliding { size, slide } => (size, slide),
-            WindowKind::Session { .. } => return Vec::new(),
+            WindowKind::Session { .. } => return,
         };
         let last = t.div_euclid(slide) * slide;
-        let mut out = Vec::new();
         let mut start = last;
         while start + size > t {
             out.push((start, start + size));
             start -= slide;
         }
         out.reverse();
-        out
     }
 
-    fn times_and_keys(&self, rows: &RecordBatch) -> (Vec<Option<i64>>, Vec<Option<Vec<u8>>>) {
+    fn times_and_keys(&self, rows: &RecordBatch) -> (Vec<Option<i64>>, RowKeys) {
         let time = rows.column(self.time_index);
         let times = (0..rows.num_rows())
             .map(|r| integer_at(time.as_ref(), r).map(|v| micros(self.time_unit, v)))
             .collect();
-        let keys = (0..rows.num_rows())
-            .map(|r| {
-                let mut key = Vec::new();
-                self.key_indices
-                    .iter()
-                    .zip(&self.key_types)
-                    .all(|(i, ty)| encode_key_value(ty, rows.column(*i).as_ref(), r, &mut key))
-                    .then_some(key)
-            })
-            .collect();
+        let mut keys = RowKeys {
+            bytes: Vec::with_capacity(rows.num_rows() * 16),
+            ranges: Vec::with_capacity(rows.num_rows()),
+        };
+        for r in 0..rows.num_rows() {
+            let from = keys.bytes.len();
+            let whole =
+                self.key_indices.iter().zip(&self.key_types).all(|(i, ty)| {
+                    encode_key_value(ty, rows.column(*i).as_ref(), r, &mut keys.bytes)
+                });
+            if whole {
+                keys.ranges.push(Some((from, keys.bytes.len())));
+            } else {
+                keys.bytes.truncate(from);
+                keys.ranges.push(None);
+            }
+        }
         (times, keys)
     }
 
@@ -834,22 +854,23 @@ impl Window {
         let ooo = self.spec.out_of_orderness;
         let lateness = self.spec.allowed_lateness;
         let mut segment: Segment = Vec::new();
-        let mut index: HashMap<(i64, i64, Vec<u8>), usize> = HashMap::new();
+        let mut index: HashMap<(i64, i64, &[u8]), usize> = HashMap::new();
         let mut late = Vec::new();
         let mut next_due = self.next_due_fixed(p);
-        for row in 0..rows.num_rows() {
-            let (Some(t), Some(key)) = (times[row], &keys[row]) else {
-                self.refuse_row(ctx, p, rows, row, times[row]);
+        let mut windows = Vec::new();
+        for (row, &time) in times.iter().enumerate() {
+            let (Some(t), Some(key)) = (time, keys.get(row)) else {
+                self.refuse_row(ctx, p, rows, row, time);
                 continue;
             };
             let wm = self.row_watermark(p, clocks, row);
-            let windows = self.assign(t);
+            self.assign(t, &mut windows);
             let last_end = windows.last().map_or(i64::MIN, |w| w.1);
             if last_end.saturating_add(lateness) <= wm {
                 late.push((row, wm));
                 continue;
             }
-            for (start, end) in windows {
+            for &(start, end) in &windows {
                 if end.saturating_add(lateness) <= wm {
                     continue; // this one is closed; the row still counts in later ones
                 }
@@ -866,9 +887,9 @@ impl Window {
                         end
                     });
                 }
-                let slot = *index.entry((start, end, key.clone())).or_insert_with(|| {
+                let slot = *index.entry((start, end, key)).or_insert_with(|| {
                     segment.push((
-                        (start, end, key.clone()),
+                        (start, end, key.to_vec()),
                         self.bound.iter().map(Bound::empty).collect(),
                     ));
                     segment.len() - 1
@@ -1105,9 +1126,9 @@ impl Window {
         let clocks = self.clocks_of(rows);
         let ooo = self.spec.out_of_orderness;
         let mut produced = Produced::default();
-        for row in 0..rows.num_rows() {
-            let (Some(t), Some(key)) = (times[row], &keys[row]) else {
-                self.refuse_row(ctx, p, rows, row, times[row]);
+        for (row, &time) in times.iter().enumerate() {
+            let (Some(t), Some(key)) = (time, keys.get(row)) else {
+                self.refuse_row(ctx, p, rows, row, time);
                 continue;
             };
             let wm = self.row_watermark(p, clocks, row);

@@ -11,6 +11,7 @@ pub mod job;
 mod landing;
 pub mod metrics;
 mod pipeline;
+mod pipeline_thread;
 pub mod record;
 pub mod run;
 mod sink;

@@ -18,7 +18,7 @@
 //! Restoring clears the local store and loads the owned partitions' rows from the state
 //! table, then lets each operator rebuild what it keeps in memory.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use floe_core::{StreamBatch, StreamSpec};
 use floe_lake::{ErrorKind, LakeError, LakeResult};
@@ -88,16 +88,6 @@ impl Pipeline {
             exchanges,
             state,
         }
-    }
-
-    /// The operators' ids, by index (their number in the state store).
-    pub(crate) fn ids(&self) -> Vec<String> {
-        self.configs.iter().map(|c| c.id.clone()).collect()
-    }
-
-    /// The configurations.
-    pub(crate) fn configs(&self) -> &[OperatorConfig] {
-        &self.configs
     }
 
     /// Builds the operators whose input is now known, and tells built ones their input's
@@ -359,14 +349,6 @@ impl Pipeline {
             .zip(&self.operators)
             .filter_map(|(c, op)| op.as_ref().map(|op| (c.id.clone(), op.watermarks())))
             .filter(|(_, w)| !w.is_empty())
-            .collect()
-    }
-
-    /// The fingerprint of every stateful operator.
-    pub(crate) fn fingerprints(&self) -> BTreeMap<String, String> {
-        self.configs
-            .iter()
-            .filter_map(|c| Some((c.id.clone(), c.fingerprint()?)))
             .collect()
     }
 

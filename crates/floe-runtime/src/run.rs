@@ -8,6 +8,9 @@
 //!    └── acknowledge ── Committer: one fenced multi-table commit, the anchor always in it ┘
 //! ```
 //!
+//! * **Threads.** The reader decodes on the loop; the operators run on the pipeline thread
+//!   ([`crate::pipeline_thread`]), whose replies the loop lands in order (exchanges, sinks);
+//!   anything that must not see later rows waits for every reply first.
 //! * **Recovery.** The positions come from the anchor (dead-letter) table's newest marker of
 //!   the job, and the reader seeks there — the local state directory is never needed for it.
 //! * **Checkpoint.** Every `interval` (or once `max_buffered_bytes` were read), where the
@@ -46,7 +49,8 @@ use crate::exchange::Outbound;
 use crate::job::JobConfig;
 use crate::landing::Landing;
 use crate::metrics::JobMetrics;
-use crate::pipeline::{Pipeline, Routed};
+use crate::pipeline::Routed;
+use crate::pipeline_thread::{IN_FLIGHT, LOAD_CHUNK, PipelineThread, Reply, Sealed, Status};
 use crate::sink::{Sink, SinkInput, SinkKind, Sinks};
 use crate::state_table;
 
@@ -127,8 +131,14 @@ pub struct Job<R: Reader> {
     reader_streams: Vec<StreamSpec>,
     /// The reader's streams version the sinks follow.
     streams_version: Option<u64>,
-    /// The operators.
-    pipeline: Pipeline,
+    /// The operators, on their own thread.
+    pipeline: PipelineThread,
+    /// The last barrier's outcome, until its checkpoint takes it.
+    sealed: Option<Sealed>,
+    /// The operators' outputs, as the last build answered.
+    built: Option<Vec<StreamSpec>>,
+    /// The operators' status as of the last barrier.
+    status: Status,
     /// The state table's sink (stateful jobs).
     state_sink: Option<usize>,
     options: RunOptions,
@@ -217,7 +227,7 @@ impl<R: Reader> Job<R> {
         } else {
             None
         };
-        let pipeline = Pipeline::new(config.pipeline.operators.clone(), store);
+        let pipeline = PipelineThread::start(config.pipeline.operators.clone(), store);
         let mut state_sink = None;
         if stateful {
             let spec = state_table::spec(&config.state_table);
@@ -248,6 +258,9 @@ impl<R: Reader> Job<R> {
             reader_streams: Vec::new(),
             streams_version: None,
             pipeline,
+            sealed: None,
+            built: None,
+            status: Status::default(),
             state_sink,
             options,
             committed_operators: BTreeMap::new(),
@@ -303,9 +316,15 @@ impl<R: Reader> Job<R> {
             return Ok(());
         }
         self.reader_streams = self.reader.streams();
-        self.pipeline.build(&self.reader_streams)?;
+        // Rows read before land first: a table may gain columns below.
+        self.pipeline.build(self.reader_streams.clone())?;
+        self.pump(0).await?;
+        let outputs = self
+            .built
+            .take()
+            .ok_or_else(|| LakeError::new(ErrorKind::Invalid, "the pipeline did not build"))?;
         let mut specs = self.reader_streams.clone();
-        specs.extend(self.pipeline.outputs());
+        specs.extend(outputs);
         for spec in &specs {
             let Some(schema) = &spec.schema else {
                 continue;
@@ -513,6 +532,7 @@ impl<R: Reader> Job<R> {
         let ids = self.pipeline.ids();
         let (reader, pipeline, resets) =
             (&mut self.reader, &mut self.pipeline, &mut self.state_resets);
+        let mut rows = Vec::new();
         let count = state_table::read(&table, &owned, |operator, partition, key, value| {
             if reset.contains(operator) {
                 resets.push((operator.to_string(), partition.to_string(), key.to_vec()));
@@ -524,15 +544,21 @@ impl<R: Reader> Job<R> {
             ) else {
                 return Ok(());
             };
-            pipeline.load(op as u16, p, key, value)
+            rows.push((op as u16, p, key.to_vec(), value.to_vec()));
+            if rows.len() >= LOAD_CHUNK {
+                pipeline.load(std::mem::take(&mut rows))?;
+            }
+            Ok(())
         })
         .await?;
+        self.pipeline.load(rows)?;
         let partitions: Vec<u32> = owned
             .iter()
             .filter_map(|name| self.reader.partition_index(name))
             .collect();
-        let names = |p: u32| self.reader.partition_name(p);
-        self.pipeline.restored(&partitions, &names)?;
+        let (reader, pipeline) = (&self.reader, &mut self.pipeline);
+        pipeline.restored(partitions, &|p| reader.partition_name(p))?;
+        self.pump(0).await?;
         self.metrics
             .state_restore_seconds
             .observe(began.elapsed().as_secs_f64());
@@ -687,10 +713,45 @@ impl<R: Reader> Job<R> {
     /// Processing time passed for the operators (idleness, processing-time timers).
     async fn tick(&mut self) -> LakeResult<()> {
         self.last_tick = Instant::now();
-        let now_ms = now_us() / 1000;
-        let mut routed = Routed::default();
-        let names = |p: u32| self.reader.partition_name(p);
-        self.pipeline.tick(now_ms, &names, &mut routed)?;
+        self.pipeline.tick(now_us() / 1000)?;
+        self.pump(IN_FLIGHT).await
+    }
+
+    /// Lands the pipeline's replies, in order: every one there now, after waiting until at
+    /// most `until` are still pending.
+    async fn pump(&mut self, until: usize) -> LakeResult<()> {
+        loop {
+            let reply = if self.pipeline.pending() > until {
+                self.pipeline.next().await?
+            } else {
+                self.pipeline.ready()?
+            };
+            match reply {
+                None => return Ok(()),
+                Some(Reply::Routed(routed)) => self.deliver(routed).await?,
+                Some(Reply::Sealed(routed, sealed)) => {
+                    self.deliver(routed).await?;
+                    self.sealed = Some(*sealed);
+                }
+                Some(Reply::Built(outputs)) => self.built = Some(outputs),
+                Some(Reply::Done) => {}
+            }
+        }
+    }
+
+    /// Waits for every pending reply and drops it: what is not committed is being dropped.
+    async fn discard(&mut self) {
+        while self.pipeline.pending() > 0 {
+            if let Err(e) = self.pipeline.next().await {
+                tracing::warn!(error = %e, "the operators failed on rows being dropped");
+            }
+        }
+        self.sealed = None;
+        self.built = None;
+    }
+
+    /// Sends routed rows to their exchanges and sinks.
+    async fn deliver(&mut self, mut routed: Routed) -> LakeResult<()> {
         self.exchange(&mut routed).await?;
         let inputs = self.land(routed)?;
         self.sinks.write(inputs).await
@@ -748,8 +809,7 @@ impl<R: Reader> Job<R> {
         for letter in &out.dead_letters {
             self.dead_letters.push(letter, ingested_at);
         }
-        let mut routed = Routed::default();
-        let names = |p: u32| self.reader.partition_name(p);
+        let mut items = Vec::with_capacity(out.items.len());
         for item in out.items {
             let stream = match &item {
                 ReadItem::Rows(rows) => rows.stream,
@@ -761,21 +821,13 @@ impl<R: Reader> Job<R> {
                     format!("rows of stream {stream}, which the reader did not declare"),
                 ));
             };
-            match item {
-                ReadItem::Rows(rows) => self.pipeline.push(&name, rows, &names, &mut routed)?,
-                ReadItem::Truncate(_) => self.pipeline.truncate(&name, &mut routed),
-                ReadItem::Clock {
-                    partition,
-                    max_time,
-                    ..
-                } => self
-                    .pipeline
-                    .clock(&name, partition, max_time, &names, &mut routed)?,
-            }
+            items.push((name, item));
         }
-        self.exchange(&mut routed).await?;
-        let inputs = self.land(routed)?;
-        self.sinks.write(inputs).await
+        if !items.is_empty() {
+            let (reader, pipeline) = (&self.reader, &mut self.pipeline);
+            pipeline.items(items, &|p| reader.partition_name(p))?;
+        }
+        self.pump(IN_FLIGHT).await
     }
 
     /// Drops the uncommitted checkpoint: its rows and files.
@@ -784,6 +836,7 @@ impl<R: Reader> Job<R> {
         self.metrics.aborted_checkpoints.inc();
         let mut dropped = ReadOut::default();
         self.reader.take(&mut dropped);
+        self.discard().await;
         let _ = self.dead_letters.take();
         self.sinks.abort().await;
         if let Some(outbound) = &self.outbound {
@@ -794,6 +847,7 @@ impl<R: Reader> Job<R> {
         if let Err(e) = self.pipeline.clear() {
             tracing::warn!(error = %e, "could not clear the operators' state");
         }
+        self.discard().await;
     }
 
     /// The barrier: closes the files of everything read so far and starts committing them as
@@ -805,11 +859,15 @@ impl<R: Reader> Job<R> {
         }
         let began = Instant::now();
         self.flush().await?;
-        let mut routed = Routed::default();
-        let names = |p: u32| self.reader.partition_name(p);
-        let epoch = self.pipeline.barrier(&names, &mut routed)?;
-        self.exchange(&mut routed).await?;
-        let mut inputs = self.land(routed)?;
+        // Everything read before the barrier lands before it (the replies come in order).
+        self.pipeline.barrier()?;
+        self.pump(0).await?;
+        let Sealed { epoch, status } = self
+            .sealed
+            .take()
+            .ok_or_else(|| LakeError::new(ErrorKind::Invalid, "the barrier was not answered"))?;
+        self.status = status;
+        let mut inputs = Vec::new();
         let epoch = match epoch {
             Some((epoch, changes)) => {
                 let ids = self.pipeline.ids();
@@ -852,9 +910,9 @@ impl<R: Reader> Job<R> {
         if let Some(outbound) = &self.outbound {
             current.extend(outbound.positions(&held));
         }
-        for (operator, marks) in self.pipeline.watermarks() {
+        for (operator, marks) in &self.status.watermarks {
             for (p, watermark) in marks {
-                let partition = self.reader.partition_name(p);
+                let partition = self.reader.partition_name(*p);
                 if held.contains(&partition) {
                     current.insert(
                         format!("{partition}{WATERMARK}{operator}"),
@@ -931,7 +989,7 @@ impl<R: Reader> Job<R> {
 
     /// Operator and state gauges for `/metrics`.
     fn observe_operators(&self) {
-        for (id, stats) in self.pipeline.stats() {
+        for (id, stats) in &self.status.stats {
             let m = &self.metrics;
             m.open_windows
                 .with_label_values(&[&id])
@@ -941,18 +999,18 @@ impl<R: Reader> Job<R> {
                 .set(stats.late_rows as i64);
             m.timers.with_label_values(&[&id]).set(stats.timers as i64);
         }
-        if let Some((keys, bytes)) = self.pipeline.state_size() {
+        if let Some((keys, bytes)) = self.status.state_size {
             self.metrics.state_keys.set(keys as i64);
             self.metrics.state_bytes.set(bytes as i64);
         }
         let now = now_us();
-        for (operator, marks) in self.pipeline.watermarks() {
+        for (operator, marks) in &self.status.watermarks {
             for (p, watermark) in marks {
-                let partition = self.reader.partition_name(p);
+                let partition = self.reader.partition_name(*p);
                 self.metrics
                     .watermark_lag
-                    .with_label_values(&[&operator, &partition])
-                    .set((now.saturating_sub(watermark) / 1000).max(0));
+                    .with_label_values(&[operator, &partition])
+                    .set((now.saturating_sub(*watermark) / 1000).max(0));
             }
         }
     }
