@@ -7,12 +7,14 @@
 //!   a file lock, so replicas on one host that share a state directory each get their own. A key is
 //!   `[partition: u32][operator: u16][operator's key]`, big-endian, so one partition's state
 //!   is one key range: dropped or restored as a unit when Kafka moves the partition.
-//! * **Changes per epoch.** Every write also records its new value (or its deletion) in a
-//!   second column family under the current *epoch*; [`StateStore::seal`] closes the epoch at
-//!   a checkpoint barrier and [`StateStore::changes`] reads exactly what changed in it — the
-//!   cost of a checkpoint grows with the keys changed, not the state held. Reading an epoch
-//!   does not block writes of the next one. [`StateStore::release`] forgets epochs once they
-//!   are committed.
+//! * **Changes per epoch.** Every write also records its new value (or its deletion) in
+//!   memory under the current *epoch*, the last write of a key replacing the one before;
+//!   [`StateStore::seal`] closes the epoch at a checkpoint barrier and
+//!   [`StateStore::changes`] hands over exactly what changed in it — the cost of a
+//!   checkpoint grows with the keys changed, not the state held. An epoch's changes are what
+//!   the checkpoint writes to the state table anyway, so holding them costs no more than the
+//!   checkpoint itself; RocksDB does not see them (a second column family did, and doubled
+//!   every write's cost). [`StateStore::release`] forgets epochs once they are committed.
 //! * **Bigger than memory.** RocksDB keeps what does not fit on local disk; the memory budget
 //!   is split between its block cache and its memtables. The write-ahead log is off: a crash
 //!   loses the local copy, never the committed state.
@@ -21,13 +23,17 @@
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options,
-    ReadOptions, WriteBatch, WriteBufferManager, WriteOptions,
+    ReadOptions, WriteBufferManager, WriteOptions,
 };
+use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 const STATE: &str = "state";
-const CHANGES: &str = "changes";
+
+/// The changes of one epoch: per state key (`[partition][operator][key]`), its last value
+/// (`None`: deleted).
+type Epoch = HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::RandomState>;
 
 /// A state failure (the local RocksDB).
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +67,10 @@ pub struct StateStore {
     db: DB,
     dir: PathBuf,
     epoch: u64,
+    /// The changes of the current epoch.
+    current: Epoch,
+    /// The changes of sealed epochs not handed over or released yet.
+    sealed: BTreeMap<u64, Epoch>,
     write: WriteOptions,
     /// Held for the store's life: the claim on `dir` (see [`StateStore::open`]).
     _lock: std::fs::File,
@@ -126,14 +136,6 @@ fn prefix(partition: u32, operator: u16) -> [u8; 6] {
 
 fn state_key(partition: u32, operator: u16, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(6 + key.len());
-    k.extend_from_slice(&prefix(partition, operator));
-    k.extend_from_slice(key);
-    k
-}
-
-fn change_key(epoch: u64, partition: u32, operator: u16, key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(14 + key.len());
-    k.extend_from_slice(&epoch.to_be_bytes());
     k.extend_from_slice(&prefix(partition, operator));
     k.extend_from_slice(key);
     k
@@ -208,10 +210,7 @@ impl StateStore {
         let db = DB::open_cf_descriptors(
             &options,
             dir,
-            [
-                ColumnFamilyDescriptor::new(STATE, cf_options(true)),
-                ColumnFamilyDescriptor::new(CHANGES, cf_options(false)),
-            ],
+            [ColumnFamilyDescriptor::new(STATE, cf_options(true))],
         )?;
         let mut write = WriteOptions::default();
         write.disable_wal(true);
@@ -219,6 +218,8 @@ impl StateStore {
             db,
             dir: dir.to_path_buf(),
             epoch: 1,
+            current: Epoch::default(),
+            sealed: BTreeMap::new(),
             write,
             _lock: lock,
         })
@@ -255,29 +256,19 @@ impl StateStore {
         key: &[u8],
         value: &[u8],
     ) -> StateResult<()> {
-        let mut batch = WriteBatch::default();
-        batch.put_cf(self.cf(STATE)?, state_key(partition, operator, key), value);
-        let mut recorded = Vec::with_capacity(value.len() + 1);
-        recorded.push(1);
-        recorded.extend_from_slice(value);
-        batch.put_cf(
-            self.cf(CHANGES)?,
-            change_key(self.epoch, partition, operator, key),
-            recorded,
-        );
-        Ok(self.db.write_opt(batch, &self.write)?)
+        let k = state_key(partition, operator, key);
+        self.db
+            .put_cf_opt(self.cf(STATE)?, &k, value, &self.write)?;
+        self.current.insert(k, Some(value.to_vec()));
+        Ok(())
     }
 
     /// Removes a key (recorded as a change of the current epoch).
     pub fn delete(&mut self, operator: u16, partition: u32, key: &[u8]) -> StateResult<()> {
-        let mut batch = WriteBatch::default();
-        batch.delete_cf(self.cf(STATE)?, state_key(partition, operator, key));
-        batch.put_cf(
-            self.cf(CHANGES)?,
-            change_key(self.epoch, partition, operator, key),
-            [0u8],
-        );
-        Ok(self.db.write_opt(batch, &self.write)?)
+        let k = state_key(partition, operator, key);
+        self.db.delete_cf_opt(self.cf(STATE)?, &k, &self.write)?;
+        self.current.insert(k, None);
+        Ok(())
     }
 
     /// Sets a key without recording a change (restoring committed state).
@@ -332,29 +323,31 @@ impl StateStore {
     /// Closes the current epoch (a checkpoint barrier) and returns it; later writes belong
     /// to the next one.
     pub fn seal(&mut self) -> u64 {
+        let changes = std::mem::take(&mut self.current);
+        if !changes.is_empty() {
+            self.sealed.insert(self.epoch, changes);
+        }
         self.epoch += 1;
         self.epoch - 1
     }
 
-    /// Calls `each` for every key changed in `epoch` (its last value), in key order.
-    pub fn changes(&self, epoch: u64, mut each: impl FnMut(Change)) -> StateResult<()> {
-        let from = epoch.to_be_bytes();
-        let mut read = ReadOptions::default();
-        read.set_iterate_upper_bound((epoch + 1).to_be_bytes().to_vec());
-        let iter = self.db.iterator_cf_opt(
-            self.cf(CHANGES)?,
-            read,
-            IteratorMode::From(&from, Direction::Forward),
-        );
-        for item in iter {
-            let (key, value) = item?;
-            let partition = u32::from_be_bytes(key[8..12].try_into().expect("4 bytes"));
-            let operator = u16::from_be_bytes(key[12..14].try_into().expect("2 bytes"));
+    /// Hands over every key changed in `epoch` (its last value) to `each`, in key order; the
+    /// epoch keeps nothing after (a second call sees no change).
+    pub fn changes(&mut self, epoch: u64, mut each: impl FnMut(Change)) -> StateResult<()> {
+        let Some(changes) = self.sealed.remove(&epoch) else {
+            return Ok(());
+        };
+        let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = changes.into_iter().collect();
+        changes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (mut key, value) in changes {
+            let partition = u32::from_be_bytes(key[..4].try_into().expect("4 bytes"));
+            let operator = u16::from_be_bytes(key[4..6].try_into().expect("2 bytes"));
+            key.drain(..6);
             each(Change {
                 operator,
                 partition,
-                key: key[14..].to_vec(),
-                value: (value.first() == Some(&1)).then(|| value[1..].to_vec()),
+                key,
+                value,
             });
         }
         Ok(())
@@ -362,9 +355,7 @@ impl StateStore {
 
     /// Forgets the changes of every epoch up to `epoch` (they are committed).
     pub fn release(&mut self, epoch: u64) -> StateResult<()> {
-        let cf = self.cf(CHANGES)?;
-        self.db
-            .delete_range_cf(cf, 0u64.to_be_bytes(), (epoch + 1).to_be_bytes())?;
+        self.sealed.retain(|e, _| *e > epoch);
         Ok(())
     }
 
@@ -382,11 +373,11 @@ impl StateStore {
 
     /// Forgets everything: state and changes of every epoch.
     pub fn clear(&mut self) -> StateResult<()> {
-        for name in [STATE, CHANGES] {
-            let cf = self.cf(name)?;
-            self.db
-                .delete_range_cf(cf, Vec::<u8>::new(), vec![0xff; 16])?;
-        }
+        let cf = self.cf(STATE)?;
+        self.db
+            .delete_range_cf(cf, Vec::<u8>::new(), vec![0xff; 16])?;
+        self.current.clear();
+        self.sealed.clear();
         Ok(())
     }
 
@@ -510,6 +501,9 @@ mod tests {
         let second = s.seal();
         s.changes(second, |c| next.push(c.value)).unwrap();
         assert_eq!(next, vec![Some(b"v3".to_vec())]);
+        let mut again = 0;
+        s.changes(second, |_| again += 1).unwrap();
+        assert_eq!(again, 0, "an epoch's changes are handed over once");
         s.clear().unwrap();
         assert_eq!(s.get(1, 0, b"k").unwrap(), None);
         assert_eq!(s.get(1, 0, b"old").unwrap(), None);
