@@ -56,7 +56,7 @@ use crate::codec::{Reader, Writer, sortable};
 use crate::minutes::{MINUTE, RequestColumns, RequestValues, checked_input, strings_of};
 use crate::timers::EXPIRY;
 use crate::window::{Window, WindowKind, WindowSpec, event_times, iceberg_schema, timestamp};
-use crate::{Context, OpError, OpResult, Operator, OperatorStats};
+use crate::{Context, FastHash, OpError, OpResult, Operator, OperatorStats};
 
 /// The columns of the spans the operator reads, besides the configurable ones.
 pub const SPAN_COLUMNS: [&str; 3] = ["trace_id", "span_id", "parent_span_id"];
@@ -685,8 +685,9 @@ impl Edges {
             .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
             .cloned();
         // Each trace's spans (row, start, error, duration), traces in the order they appear.
+        type Spans = Vec<(usize, i64, i64, i64)>;
         let mut order: Vec<&str> = Vec::new();
-        let mut by_trace: HashMap<&str, Vec<(usize, i64, i64, i64)>> = HashMap::new();
+        let mut by_trace: HashMap<&str, Spans, FastHash> = HashMap::default();
         for (row, time) in times.iter().enumerate() {
             let text = |a| text_at(a, row);
             let (Some(trace), Some(span), Some(_)) = (text(&traces), text(&spans), text(&services))

@@ -60,6 +60,11 @@ pub enum OpError {
 /// The result type of operators.
 pub type OpResult<T> = Result<T, OpError>;
 
+/// The hasher of the maps an operator builds per batch from row values (a batch's traces, a
+/// window's groups): seeded per map, and several times cheaper than the standard SipHash,
+/// which was a visible share of the operators' time.
+pub(crate) type FastHash = foldhash::fast::RandomState;
+
 /// A row an operator refused.
 #[derive(Debug, Clone)]
 pub struct DeadRow {

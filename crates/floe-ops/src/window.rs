@@ -56,7 +56,7 @@ use crate::codec::{
     unsortable,
 };
 use crate::timers::EVENT_TIME;
-use crate::{Context, OpError, OpResult, Operator, OperatorStats};
+use crate::{Context, FastHash, OpError, OpResult, Operator, OperatorStats};
 
 /// The shape of a window.
 #[derive(Debug, Clone, PartialEq)]
@@ -854,7 +854,7 @@ impl Window {
         let ooo = self.spec.out_of_orderness;
         let lateness = self.spec.allowed_lateness;
         let mut segment: Segment = Vec::new();
-        let mut index: HashMap<(i64, i64, &[u8]), usize> = HashMap::new();
+        let mut index: HashMap<(i64, i64, &[u8]), usize, FastHash> = HashMap::default();
         let mut late = Vec::new();
         let mut next_due = self.next_due_fixed(p);
         let mut windows = Vec::new();
