@@ -179,6 +179,11 @@ impl PipelineThread {
         Ok(())
     }
 
+    /// Sends a command that names no source partition.
+    fn command(&mut self, command: Command) -> LakeResult<()> {
+        self.send([], &|_| String::new(), command)
+    }
+
     /// Sends what the reader read (each item with its stream's name); answered with
     /// [`Reply::Routed`].
     pub(crate) fn items(
@@ -199,27 +204,27 @@ impl PipelineThread {
 
     /// Processing time passed; answered with [`Reply::Routed`].
     pub(crate) fn tick(&mut self, now_ms: i64) -> LakeResult<()> {
-        self.send([], &|_| String::new(), Command::Tick(now_ms))
+        self.command(Command::Tick(now_ms))
     }
 
     /// The barrier; answered with [`Reply::Sealed`].
     pub(crate) fn barrier(&mut self) -> LakeResult<()> {
-        self.send([], &|_| String::new(), Command::Barrier)
+        self.command(Command::Barrier)
     }
 
     /// Builds the operators whose input is now known; answered with [`Reply::Built`].
     pub(crate) fn build(&mut self, known: Vec<StreamSpec>) -> LakeResult<()> {
-        self.send([], &|_| String::new(), Command::Build(known))
+        self.command(Command::Build(known))
     }
 
     /// The changes of epochs up to `epoch` are committed.
     pub(crate) fn committed(&mut self, epoch: u64) -> LakeResult<()> {
-        self.send([], &|_| String::new(), Command::Committed(epoch))
+        self.command(Command::Committed(epoch))
     }
 
     /// Forgets all state (before restoring it).
     pub(crate) fn clear(&mut self) -> LakeResult<()> {
-        self.send([], &|_| String::new(), Command::Clear)
+        self.command(Command::Clear)
     }
 
     /// Loads committed state rows (a chunk of about [`LOAD_CHUNK`]).
@@ -227,7 +232,7 @@ impl PipelineThread {
         if rows.is_empty() {
             return Ok(());
         }
-        self.send([], &|_| String::new(), Command::Load(rows))
+        self.command(Command::Load(rows))
     }
 
     /// Lets every stateful operator rebuild its memory of `partitions` from their state.
