@@ -1048,7 +1048,7 @@ mod tests {
         late += op.stats().late_rows;
         // Everything waiting was forgotten once the clock passed it, and every move between
         // expiry lists with it.
-        let ctx = Context::new(Some(&mut store), 0, &names);
+        let mut ctx = Context::new(Some(&mut store), 0, &names);
         for namespace in [TRACE, MOVED] {
             let mut left = 0;
             ctx.scan(0, &[namespace], Some(&[namespace + 1]), |_, _| {
@@ -1201,7 +1201,7 @@ mod tests {
         let rows: Vec<(Span, Option<i64>)> = spans.iter().map(|s| (s.clone(), None)).collect();
         let mut ctx = Context::new(Some(&mut store), 0, &names);
         op.on_batch(&batch(&rows), &mut ctx).unwrap();
-        let count = |namespace: u8| {
+        let count = |ctx: &mut Context<'_>, namespace: u8| {
             let mut n = 0;
             ctx.scan(0, &[namespace], Some(&[namespace + 1]), |_, _| {
                 n += 1;
@@ -1210,8 +1210,8 @@ mod tests {
             .unwrap();
             n
         };
-        assert_eq!(count(TRACE), 400, "one entry per trace");
-        let lists = EXPIRY.count(&ctx, 0).unwrap();
+        assert_eq!(count(&mut ctx, TRACE), 400, "one entry per trace");
+        let lists = EXPIRY.count(&mut ctx, 0).unwrap();
         // 400 traces over ten minutes, in one batch: one expiry list per minute.
         assert!((10..=12).contains(&lists), "{lists} expiry lists");
         drop(ctx);

@@ -192,15 +192,16 @@ impl<'a> Context<'a> {
     /// Calls `each(key, value)` for a partition's keys in `[from, to)`, in order, until it
     /// breaks.
     pub fn scan(
-        &self,
+        &mut self,
         partition: u32,
         from: &[u8],
         to: Option<&[u8]>,
         each: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
     ) -> OpResult<()> {
+        let operator = self.operator;
         Ok(self
-            .store()?
-            .scan(self.operator, partition, from, to, each)?)
+            .store_mut()?
+            .scan(operator, partition, from, to, each)?)
     }
 }
 

@@ -684,7 +684,7 @@ impl Regression {
     /// `deployed + max_wait − 1` without.
     fn decide_due(
         &self,
-        ctx: &Context<'_>,
+        ctx: &mut Context<'_>,
         p: u32,
         service: &str,
         track: &mut Track,
@@ -726,7 +726,7 @@ impl Regression {
     /// minutes `[deployed − baseline, decided]`, the new version's in `[deployed, decided]`.
     fn sides(
         &self,
-        ctx: &Context<'_>,
+        ctx: &mut Context<'_>,
         p: u32,
         service: &str,
         d: &Pending,

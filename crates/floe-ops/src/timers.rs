@@ -83,7 +83,7 @@ impl Timers {
     /// The earliest timer of a partition at or after `from`, a time no timer is known to be
     /// earlier than (`i64::MIN` when nothing is known). Taken timers leave tombstones in
     /// RocksDB until compaction; a scan from the floor skips them instead of walking them all.
-    pub fn next(&self, ctx: &Context<'_>, partition: u32, from: i64) -> OpResult<Option<i64>> {
+    pub fn next(&self, ctx: &mut Context<'_>, partition: u32, from: i64) -> OpResult<Option<i64>> {
         let mut next = None;
         ctx.scan(
             partition,
@@ -134,7 +134,7 @@ impl Timers {
     }
 
     /// Timers of a partition, counted.
-    pub fn count(&self, ctx: &Context<'_>, partition: u32) -> OpResult<u64> {
+    pub fn count(&self, ctx: &mut Context<'_>, partition: u32) -> OpResult<u64> {
         let mut n = 0;
         ctx.scan(
             partition,

@@ -281,7 +281,7 @@ impl Pipeline {
         let Some(state) = self.state.as_mut() else {
             return Ok(None);
         };
-        let epoch = state.seal();
+        let epoch = state.seal().map_err(|e| invalid(e.to_string()))?;
         let mut changes = Vec::new();
         state
             .changes(epoch, |c| changes.push(c))

@@ -7,14 +7,15 @@
 //!   a file lock, so replicas on one host that share a state directory each get their own. A key is
 //!   `[partition: u32][operator: u16][operator's key]`, big-endian, so one partition's state
 //!   is one key range: dropped or restored as a unit when Kafka moves the partition.
-//! * **Changes per epoch.** Every write also records its new value (or its deletion) in
-//!   memory under the current *epoch*, the last write of a key replacing the one before;
-//!   [`StateStore::seal`] closes the epoch at a checkpoint barrier and
+//! * **Changes per epoch.** Every write is held in memory under the current *epoch*, the
+//!   last write of a key replacing the one before, and reaches RocksDB in one sorted batch
+//!   when the epoch is sealed or before a scan (a get sees it at once): a key written many
+//!   times in an epoch costs RocksDB one write, and sorted inserts are the memtable's cheap
+//!   case. [`StateStore::seal`] closes the epoch at a checkpoint barrier and
 //!   [`StateStore::changes`] hands over exactly what changed in it — the cost of a
 //!   checkpoint grows with the keys changed, not the state held. An epoch's changes are what
 //!   the checkpoint writes to the state table anyway, so holding them costs no more than the
-//!   checkpoint itself; RocksDB does not see them (a second column family did, and doubled
-//!   every write's cost). [`StateStore::release`] forgets epochs once they are committed.
+//!   checkpoint itself. [`StateStore::release`] forgets epochs once they are committed.
 //! * **Bigger than memory.** RocksDB keeps what does not fit on local disk; the memory budget
 //!   is split between its block cache and its memtables. The write-ahead log is off: a crash
 //!   loses the local copy, never the committed state.
@@ -23,7 +24,7 @@
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options,
-    ReadOptions, WriteBufferManager, WriteOptions,
+    ReadOptions, WriteBatch, WriteBufferManager, WriteOptions,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
@@ -31,9 +32,13 @@ use std::path::{Path, PathBuf};
 
 const STATE: &str = "state";
 
-/// The changes of one epoch: per state key (`[partition][operator][key]`), its last value
+/// Writes not in RocksDB yet: per state key (`[partition][operator][key]`), its last value
 /// (`None`: deleted).
-type Epoch = HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::RandomState>;
+type Pending = HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::RandomState>;
+
+/// The changes of one epoch that are in RocksDB: runs sorted by state key, in the order they
+/// were written (a key in two runs: the later one holds its last value).
+type Epoch = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
 /// A state failure (the local RocksDB).
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +72,10 @@ pub struct StateStore {
     db: DB,
     dir: PathBuf,
     epoch: u64,
-    /// The changes of the current epoch.
+    /// The writes of the current epoch not in RocksDB yet (its capacity is kept from epoch
+    /// to epoch).
+    pending: Pending,
+    /// The writes of the current epoch in RocksDB already.
     current: Epoch,
     /// The changes of sealed epochs not handed over or released yet.
     sealed: BTreeMap<u64, Epoch>,
@@ -218,7 +226,8 @@ impl StateStore {
             db,
             dir: dir.to_path_buf(),
             epoch: 1,
-            current: Epoch::default(),
+            pending: Pending::default(),
+            current: Epoch::new(),
             sealed: BTreeMap::new(),
             write,
             _lock: lock,
@@ -243,9 +252,11 @@ impl StateStore {
 
     /// A key's value.
     pub fn get(&self, operator: u16, partition: u32, key: &[u8]) -> StateResult<Option<Vec<u8>>> {
-        Ok(self
-            .db
-            .get_cf(&self.cf(STATE)?, state_key(partition, operator, key))?)
+        let k = state_key(partition, operator, key);
+        if let Some(value) = self.pending.get(&k) {
+            return Ok(value.clone());
+        }
+        Ok(self.db.get_cf(&self.cf(STATE)?, k)?)
     }
 
     /// Sets a key (recorded as a change of the current epoch).
@@ -256,18 +267,36 @@ impl StateStore {
         key: &[u8],
         value: &[u8],
     ) -> StateResult<()> {
-        let k = state_key(partition, operator, key);
-        self.db
-            .put_cf_opt(self.cf(STATE)?, &k, value, &self.write)?;
-        self.current.insert(k, Some(value.to_vec()));
+        self.pending
+            .insert(state_key(partition, operator, key), Some(value.to_vec()));
         Ok(())
     }
 
     /// Removes a key (recorded as a change of the current epoch).
     pub fn delete(&mut self, operator: u16, partition: u32, key: &[u8]) -> StateResult<()> {
-        let k = state_key(partition, operator, key);
-        self.db.delete_cf_opt(self.cf(STATE)?, &k, &self.write)?;
-        self.current.insert(k, None);
+        self.pending
+            .insert(state_key(partition, operator, key), None);
+        Ok(())
+    }
+
+    /// Writes the pending writes to RocksDB in one batch, in key order, and keeps them as
+    /// changes of the current epoch.
+    fn flush(&mut self) -> StateResult<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut run: Epoch = self.pending.drain().collect();
+        run.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let cf = self.cf(STATE)?;
+        let mut batch = WriteBatch::default();
+        for (key, value) in &run {
+            match value {
+                Some(value) => batch.put_cf(cf, key, value),
+                None => batch.delete_cf(cf, key),
+            }
+        }
+        self.db.write_opt(batch, &self.write)?;
+        self.current.append(&mut run);
         Ok(())
     }
 
@@ -279,6 +308,7 @@ impl StateStore {
         key: &[u8],
         value: &[u8],
     ) -> StateResult<()> {
+        self.flush()?;
         Ok(self.db.put_cf_opt(
             self.cf(STATE)?,
             state_key(partition, operator, key),
@@ -288,15 +318,17 @@ impl StateStore {
     }
 
     /// Calls `each(key, value)` for the operator's keys of a partition in `[from, to)`
-    /// (`to = None`: to the end), in key order, until it breaks.
+    /// (`to = None`: to the end), in key order, until it breaks. Pending writes reach RocksDB
+    /// first.
     pub fn scan(
-        &self,
+        &mut self,
         operator: u16,
         partition: u32,
         from: &[u8],
         to: Option<&[u8]>,
         mut each: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
     ) -> StateResult<()> {
+        self.flush()?;
         let start = state_key(partition, operator, from);
         let end = match to {
             Some(to) => Some(state_key(partition, operator, to)),
@@ -322,24 +354,30 @@ impl StateStore {
 
     /// Closes the current epoch (a checkpoint barrier) and returns it; later writes belong
     /// to the next one.
-    pub fn seal(&mut self) -> u64 {
+    pub fn seal(&mut self) -> StateResult<u64> {
+        self.flush()?;
         let changes = std::mem::take(&mut self.current);
         if !changes.is_empty() {
             self.sealed.insert(self.epoch, changes);
         }
         self.epoch += 1;
-        self.epoch - 1
+        Ok(self.epoch - 1)
     }
 
     /// Hands over every key changed in `epoch` (its last value) to `each`, in key order; the
     /// epoch keeps nothing after (a second call sees no change).
     pub fn changes(&mut self, epoch: u64, mut each: impl FnMut(Change)) -> StateResult<()> {
-        let Some(changes) = self.sealed.remove(&epoch) else {
+        let Some(mut changes) = self.sealed.remove(&epoch) else {
             return Ok(());
         };
-        let mut changes: Vec<(Vec<u8>, Option<Vec<u8>>)> = changes.into_iter().collect();
-        changes.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        for (mut key, value) in changes {
+        // Stable, so of a key's entries the last written stays last (one run: already sorted,
+        // a linear pass).
+        changes.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut changes = changes.into_iter().peekable();
+        while let Some((mut key, value)) = changes.next() {
+            if changes.peek().is_some_and(|(next, _)| *next == key) {
+                continue;
+            }
             let partition = u32::from_be_bytes(key[..4].try_into().expect("4 bytes"));
             let operator = u16::from_be_bytes(key[4..6].try_into().expect("2 bytes"));
             key.drain(..6);
@@ -362,6 +400,7 @@ impl StateStore {
     /// Forgets a partition's state of every operator (and its unreleased changes stay, to be
     /// dropped with their epochs).
     pub fn drop_partition(&mut self, partition: u32) -> StateResult<()> {
+        self.flush()?;
         let cf = self.cf(STATE)?;
         let from = partition.to_be_bytes().to_vec();
         match prefix_end(&from) {
@@ -376,6 +415,7 @@ impl StateStore {
         let cf = self.cf(STATE)?;
         self.db
             .delete_range_cf(cf, Vec::<u8>::new(), vec![0xff; 16])?;
+        self.pending.clear();
         self.current.clear();
         self.sealed.clear();
         Ok(())
@@ -409,7 +449,7 @@ mod tests {
         StateStore::open(&dir, 16 << 20).unwrap()
     }
 
-    fn keys(s: &StateStore, op: u16, p: u32, from: &[u8], to: Option<&[u8]>) -> Vec<Vec<u8>> {
+    fn keys(s: &mut StateStore, op: u16, p: u32, from: &[u8], to: Option<&[u8]>) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         s.scan(op, p, from, to, |k, _| {
             out.push(k.to_vec());
@@ -454,10 +494,10 @@ mod tests {
         s.put(2, 7, b"a", b"other operator").unwrap();
         s.put(1, 8, b"a", b"other partition").unwrap();
         assert_eq!(s.get(1, 7, b"a").unwrap().as_deref(), Some(&b"1"[..]));
-        assert_eq!(keys(&s, 1, 7, b"", None), [b"a", b"b", b"c"]);
-        assert_eq!(keys(&s, 1, 7, b"b", Some(b"c")), [b"b"]);
+        assert_eq!(keys(&mut s, 1, 7, b"", None), [b"a", b"b", b"c"]);
+        assert_eq!(keys(&mut s, 1, 7, b"b", Some(b"c")), [b"b"]);
         s.drop_partition(7).unwrap();
-        assert!(keys(&s, 1, 7, b"", None).is_empty());
+        assert!(keys(&mut s, 1, 7, b"", None).is_empty());
         assert_eq!(
             s.get(1, 8, b"a").unwrap().as_deref(),
             Some(&b"other partition"[..])
@@ -472,7 +512,7 @@ mod tests {
         s.put(1, 0, b"k", b"v2").unwrap();
         s.put(1, 0, b"gone", b"x").unwrap();
         s.delete(1, 0, b"gone").unwrap();
-        let first = s.seal();
+        let first = s.seal().unwrap();
         s.put(1, 0, b"k", b"v3").unwrap();
         let mut changes = Vec::new();
         s.changes(first, |c| changes.push(c)).unwrap();
@@ -498,7 +538,7 @@ mod tests {
         s.changes(first, |_| after += 1).unwrap();
         assert_eq!(after, 0);
         let mut next = Vec::new();
-        let second = s.seal();
+        let second = s.seal().unwrap();
         s.changes(second, |c| next.push(c.value)).unwrap();
         assert_eq!(next, vec![Some(b"v3".to_vec())]);
         let mut again = 0;
@@ -507,6 +547,38 @@ mod tests {
         s.clear().unwrap();
         assert_eq!(s.get(1, 0, b"k").unwrap(), None);
         assert_eq!(s.get(1, 0, b"old").unwrap(), None);
+    }
+    #[test]
+    fn a_write_is_seen_at_once_and_an_epoch_written_in_runs_hands_over_each_key_once() {
+        let mut s = store("runs");
+        s.put(1, 0, b"a", b"1").unwrap();
+        s.put(1, 0, b"b", b"1").unwrap();
+        // A get sees a write still pending; a scan writes the pending ones to RocksDB first.
+        assert_eq!(s.get(1, 0, b"a").unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(keys(&mut s, 1, 0, b"", None), [b"a", b"b"]);
+        // The same keys again, in a second run of the epoch: a deletion hides what RocksDB
+        // holds before it gets there.
+        s.put(1, 0, b"a", b"2").unwrap();
+        s.delete(1, 0, b"b").unwrap();
+        assert_eq!(s.get(1, 0, b"b").unwrap(), None);
+        s.put(1, 0, b"c", b"1").unwrap();
+        let epoch = s.seal().unwrap();
+        assert_eq!(keys(&mut s, 1, 0, b"", None), [b"a", b"c"]);
+        let mut changes = Vec::new();
+        s.changes(epoch, |c| changes.push((c.key, c.value)))
+            .unwrap();
+        assert_eq!(
+            changes,
+            vec![
+                (b"a".to_vec(), Some(b"2".to_vec())),
+                (b"b".to_vec(), None),
+                (b"c".to_vec(), Some(b"1".to_vec())),
+            ]
+        );
+        // A partition dropped with writes pending keeps none of them.
+        s.put(1, 3, b"x", b"1").unwrap();
+        s.drop_partition(3).unwrap();
+        assert_eq!(s.get(1, 3, b"x").unwrap(), None);
     }
 }
 
@@ -523,7 +595,7 @@ mod bigger_than_memory {
         for i in 0..300_000u32 {
             s.put(1, i % 4, &i.to_be_bytes(), &value).unwrap();
         }
-        let first = s.seal();
+        let first = s.seal().unwrap();
         let mut n = 0;
         s.changes(first, |_| n += 1).unwrap();
         assert_eq!(n, 300_000);
@@ -531,7 +603,7 @@ mod bigger_than_memory {
         for i in (0..300_000u32).step_by(300) {
             s.put(1, i % 4, &i.to_be_bytes(), &[1]).unwrap();
         }
-        let second = s.seal();
+        let second = s.seal().unwrap();
         let mut changed = 0;
         s.changes(second, |_| changed += 1).unwrap();
         assert_eq!(
