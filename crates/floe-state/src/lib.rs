@@ -548,6 +548,7 @@ mod tests {
         assert_eq!(s.get(1, 0, b"k").unwrap(), None);
         assert_eq!(s.get(1, 0, b"old").unwrap(), None);
     }
+
     #[test]
     fn a_write_is_seen_at_once_and_an_epoch_written_in_runs_hands_over_each_key_once() {
         let mut s = store("runs");
