@@ -586,10 +586,17 @@ impl Edges {
         Ok(())
     }
 
-    fn load(&self, ctx: &Context<'_>, p: u32, key: &[u8]) -> OpResult<Option<Trace>> {
-        ctx.get(p, key)?
-            .map(|bytes| Trace::decode(&bytes).map_err(|e| self.invalid(e)))
-            .transpose()
+    /// The stored traces of `keys` (empty ones for traces new to state), read in one batched
+    /// lookup: a batch's traces are mostly new, and a miss costs RocksDB as much as a hit.
+    fn load(&self, ctx: &Context<'_>, p: u32, keys: &[Vec<u8>]) -> OpResult<Vec<Trace>> {
+        let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        ctx.get_many(p, &keys)?
+            .into_iter()
+            .map(|bytes| match bytes {
+                Some(bytes) => Trace::decode(&bytes).map_err(|e| self.invalid(e)),
+                None => Ok(Trace::default()),
+            })
+            .collect()
     }
 
     /// Writes `trace` back under `key`. A trace is on exactly one expiry list, the one of the
@@ -710,9 +717,11 @@ impl Edges {
                 .push((row, start, i64::from(error != 0), duration));
         }
         let mut found = Found::default();
-        for trace in order {
-            let key = trace_key(trace);
-            let mut kept = self.load(ctx, p, &key)?.unwrap_or_default();
+        // Storing a trace writes only its own key and its move record, so every trace of the
+        // batch can be read up front.
+        let keys: Vec<Vec<u8>> = order.iter().map(|trace| trace_key(trace)).collect();
+        let stored = self.load(ctx, p, &keys)?;
+        for ((trace, key), mut kept) in order.into_iter().zip(keys).zip(stored) {
             if let Some(clock) = self.clocks.get(&p) {
                 kept.forget_due(&self.spec, *clock);
             }

@@ -177,6 +177,11 @@ impl<'a> Context<'a> {
         Ok(self.store()?.get(self.operator, partition, key)?)
     }
 
+    /// The values of many keys of a partition's state, in their order (one batched lookup).
+    pub fn get_many(&self, partition: u32, keys: &[&[u8]]) -> OpResult<Vec<Option<Vec<u8>>>> {
+        Ok(self.store()?.get_many(self.operator, partition, keys)?)
+    }
+
     /// Sets a key in a partition's state.
     pub fn put(&mut self, partition: u32, key: &[u8], value: &[u8]) -> OpResult<()> {
         let operator = self.operator;

@@ -282,11 +282,7 @@ impl Pipeline {
             return Ok(None);
         };
         let epoch = state.seal().map_err(|e| invalid(e.to_string()))?;
-        let mut changes = Vec::new();
-        state
-            .changes(epoch, |c| changes.push(c))
-            .map_err(|e| invalid(e.to_string()))?;
-        Ok(Some((epoch, changes)))
+        Ok(Some((epoch, state.changes(epoch))))
     }
 
     /// The changes of epochs up to `epoch` are committed.

@@ -10,9 +10,10 @@
 //! * **Changes per epoch.** Every write is held in memory under the current *epoch*, the
 //!   last write of a key replacing the one before, and reaches RocksDB in one sorted batch
 //!   when the epoch is sealed or before a scan (a get sees it at once): a key written many
-//!   times in an epoch costs RocksDB one write, and sorted inserts are the memtable's cheap
+//!   times between scans costs RocksDB one write, and sorted inserts are the memtable's cheap
 //!   case. [`StateStore::seal`] closes the epoch at a checkpoint barrier and
-//!   [`StateStore::changes`] hands over exactly what changed in it — the cost of a
+//!   [`StateStore::changes`] hands over exactly what changed in it, each key once and in no
+//!   particular order (the state table is a set of keys: sorting bought nothing) — the cost of a
 //!   checkpoint grows with the keys changed, not the state held. An epoch's changes are what
 //!   the checkpoint writes to the state table anyway, so holding them costs no more than the
 //!   checkpoint itself. [`StateStore::release`] forgets epochs once they are committed.
@@ -36,8 +37,7 @@ const STATE: &str = "state";
 /// (`None`: deleted).
 type Pending = HashMap<Vec<u8>, Option<Vec<u8>>, foldhash::fast::RandomState>;
 
-/// The changes of one epoch that are in RocksDB: runs sorted by state key, in the order they
-/// were written (a key in two runs: the later one holds its last value).
+/// The changes of a sealed epoch: each key once, with its last value, in no particular order.
 type Epoch = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
 /// A state failure (the local RocksDB).
@@ -75,8 +75,9 @@ pub struct StateStore {
     /// The writes of the current epoch not in RocksDB yet (its capacity is kept from epoch
     /// to epoch).
     pending: Pending,
-    /// The writes of the current epoch in RocksDB already.
-    current: Epoch,
+    /// The writes of the current epoch in RocksDB already, each key's last (its capacity is
+    /// kept from epoch to epoch too).
+    current: Pending,
     /// The changes of sealed epochs not handed over or released yet.
     sealed: BTreeMap<u64, Epoch>,
     write: WriteOptions,
@@ -227,7 +228,7 @@ impl StateStore {
             dir: dir.to_path_buf(),
             epoch: 1,
             pending: Pending::default(),
-            current: Epoch::new(),
+            current: Pending::default(),
             sealed: BTreeMap::new(),
             write,
             _lock: lock,
@@ -259,6 +260,34 @@ impl StateStore {
         Ok(self.db.get_cf(&self.cf(STATE)?, k)?)
     }
 
+    /// The values of `keys` (of one operator and partition), in their order: [`Self::get`] of
+    /// each, with the RocksDB lookups of those not pending made in one sorted batch, which
+    /// walks each file's index and filter once for all of them instead of once per key.
+    pub fn get_many(
+        &self,
+        operator: u16,
+        partition: u32,
+        keys: &[&[u8]],
+    ) -> StateResult<Vec<Option<Vec<u8>>>> {
+        let mut values = vec![None; keys.len()];
+        let mut stored = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let k = state_key(partition, operator, key);
+            match self.pending.get(&k) {
+                Some(value) => values[i].clone_from(value),
+                None => stored.push((k, i)),
+            }
+        }
+        stored.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let found =
+            self.db
+                .batched_multi_get_cf(&self.cf(STATE)?, stored.iter().map(|(k, _)| k), true);
+        for ((_, i), value) in stored.iter().zip(found) {
+            values[*i] = value?.map(|v| v.to_vec());
+        }
+        Ok(values)
+    }
+
     /// Sets a key (recorded as a change of the current epoch).
     pub fn put(
         &mut self,
@@ -280,23 +309,25 @@ impl StateStore {
     }
 
     /// Writes the pending writes to RocksDB in one batch, in key order, and keeps them as
-    /// changes of the current epoch.
+    /// changes of the current epoch (a key written in an earlier run of the epoch keeps only
+    /// its last value, so an epoch never holds a key twice and needs no sort when it is
+    /// handed over).
     fn flush(&mut self) -> StateResult<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let mut run: Epoch = self.pending.drain().collect();
-        run.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut run: Vec<(&Vec<u8>, &Option<Vec<u8>>)> = self.pending.iter().collect();
+        run.sort_unstable_by(|a, b| a.0.cmp(b.0));
         let cf = self.cf(STATE)?;
         let mut batch = WriteBatch::default();
-        for (key, value) in &run {
+        for (key, value) in run {
             match value {
                 Some(value) => batch.put_cf(cf, key, value),
                 None => batch.delete_cf(cf, key),
             }
         }
         self.db.write_opt(batch, &self.write)?;
-        self.current.append(&mut run);
+        self.current.extend(self.pending.drain());
         Ok(())
     }
 
@@ -356,7 +387,7 @@ impl StateStore {
     /// to the next one.
     pub fn seal(&mut self) -> StateResult<u64> {
         self.flush()?;
-        let changes = std::mem::take(&mut self.current);
+        let changes: Epoch = self.current.drain().collect();
         if !changes.is_empty() {
             self.sealed.insert(self.epoch, changes);
         }
@@ -364,31 +395,26 @@ impl StateStore {
         Ok(self.epoch - 1)
     }
 
-    /// Hands over every key changed in `epoch` (its last value) to `each`, in key order; the
+    /// Hands over every key changed in `epoch` (its last value), in no particular order; the
     /// epoch keeps nothing after (a second call sees no change).
-    pub fn changes(&mut self, epoch: u64, mut each: impl FnMut(Change)) -> StateResult<()> {
-        let Some(mut changes) = self.sealed.remove(&epoch) else {
-            return Ok(());
+    pub fn changes(&mut self, epoch: u64) -> Vec<Change> {
+        let Some(changes) = self.sealed.remove(&epoch) else {
+            return Vec::new();
         };
-        // Stable, so of a key's entries the last written stays last (one run: already sorted,
-        // a linear pass).
-        changes.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut changes = changes.into_iter().peekable();
-        while let Some((mut key, value)) = changes.next() {
-            if changes.peek().is_some_and(|(next, _)| *next == key) {
-                continue;
-            }
-            let partition = u32::from_be_bytes(key[..4].try_into().expect("4 bytes"));
-            let operator = u16::from_be_bytes(key[4..6].try_into().expect("2 bytes"));
-            key.drain(..6);
-            each(Change {
-                operator,
-                partition,
-                key,
-                value,
-            });
-        }
-        Ok(())
+        changes
+            .into_iter()
+            .map(|(mut key, value)| {
+                let partition = u32::from_be_bytes(key[..4].try_into().expect("4 bytes"));
+                let operator = u16::from_be_bytes(key[4..6].try_into().expect("2 bytes"));
+                key.drain(..6);
+                Change {
+                    operator,
+                    partition,
+                    key,
+                    value,
+                }
+            })
+            .collect()
     }
 
     /// Forgets the changes of every epoch up to `epoch` (they are committed).
@@ -514,8 +540,8 @@ mod tests {
         s.delete(1, 0, b"gone").unwrap();
         let first = s.seal().unwrap();
         s.put(1, 0, b"k", b"v3").unwrap();
-        let mut changes = Vec::new();
-        s.changes(first, |c| changes.push(c)).unwrap();
+        let mut changes = s.changes(first);
+        changes.sort_by(|a, b| a.key.cmp(&b.key));
         assert_eq!(
             changes,
             vec![
@@ -534,16 +560,14 @@ mod tests {
             ]
         );
         s.release(first).unwrap();
-        let mut after = 0;
-        s.changes(first, |_| after += 1).unwrap();
-        assert_eq!(after, 0);
-        let mut next = Vec::new();
+        assert!(s.changes(first).is_empty());
         let second = s.seal().unwrap();
-        s.changes(second, |c| next.push(c.value)).unwrap();
+        let next: Vec<_> = s.changes(second).into_iter().map(|c| c.value).collect();
         assert_eq!(next, vec![Some(b"v3".to_vec())]);
-        let mut again = 0;
-        s.changes(second, |_| again += 1).unwrap();
-        assert_eq!(again, 0, "an epoch's changes are handed over once");
+        assert!(
+            s.changes(second).is_empty(),
+            "an epoch's changes are handed over once"
+        );
         s.clear().unwrap();
         assert_eq!(s.get(1, 0, b"k").unwrap(), None);
         assert_eq!(s.get(1, 0, b"old").unwrap(), None);
@@ -565,15 +589,30 @@ mod tests {
         s.put(1, 0, b"c", b"1").unwrap();
         let epoch = s.seal().unwrap();
         assert_eq!(keys(&mut s, 1, 0, b"", None), [b"a", b"c"]);
-        let mut changes = Vec::new();
-        s.changes(epoch, |c| changes.push((c.key, c.value)))
-            .unwrap();
+        let mut changes: Vec<_> = s
+            .changes(epoch)
+            .into_iter()
+            .map(|c| (c.key, c.value))
+            .collect();
+        changes.sort();
         assert_eq!(
             changes,
             vec![
                 (b"a".to_vec(), Some(b"2".to_vec())),
                 (b"b".to_vec(), None),
                 (b"c".to_vec(), Some(b"1".to_vec())),
+            ]
+        );
+        // Many keys at once: pending, in RocksDB, absent, and a key asked twice.
+        s.put(1, 0, b"c", b"2").unwrap();
+        assert_eq!(
+            s.get_many(1, 0, &[b"c", b"a", b"b", b"zz", b"a"]).unwrap(),
+            [
+                Some(b"2".to_vec()),
+                Some(b"2".to_vec()),
+                None,
+                None,
+                Some(b"2".to_vec())
             ]
         );
         // A partition dropped with writes pending keeps none of them.
@@ -597,18 +636,15 @@ mod bigger_than_memory {
             s.put(1, i % 4, &i.to_be_bytes(), &value).unwrap();
         }
         let first = s.seal().unwrap();
-        let mut n = 0;
-        s.changes(first, |_| n += 1).unwrap();
-        assert_eq!(n, 300_000);
+        assert_eq!(s.changes(first).len(), 300_000);
         s.release(first).unwrap();
         for i in (0..300_000u32).step_by(300) {
             s.put(1, i % 4, &i.to_be_bytes(), &[1]).unwrap();
         }
         let second = s.seal().unwrap();
-        let mut changed = 0;
-        s.changes(second, |_| changed += 1).unwrap();
         assert_eq!(
-            changed, 1_000,
+            s.changes(second).len(),
+            1_000,
             "only the keys changed since the last barrier"
         );
         assert_eq!(s.get(1, 0, &0u32.to_be_bytes()).unwrap(), Some(vec![1]));
