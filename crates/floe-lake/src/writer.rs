@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use arrow_array::{Array, Int64Array, RecordBatch, Scalar, StringArray};
+use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
 use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::spec::{
@@ -232,43 +232,61 @@ impl Partitioner {
         }))
     }
 
-    /// Splits a batch by partition. When every row falls in one partition — the common case
-    /// for time-ordered streams — that is found with vectorized transforms and one compare,
-    /// without iceberg's per-row grouping.
+    /// Splits a batch by partition. Rows already grouped by partition — every row of a
+    /// time-ordered stream in one partition, or the state table's rows in operator and
+    /// partition order — are found as runs with vectorized transforms and compares, each run
+    /// a slice of the batch, without iceberg's per-row grouping (which converts every row's
+    /// partition values to a struct).
     fn split(&self, batch: &RecordBatch) -> LakeResult<Vec<(PartitionKey, RecordBatch)>> {
-        if batch.num_rows() > 1 && self.is_single_partition(batch)? {
-            let mut first = self.splitter.split(&batch.slice(0, 1))?;
-            if let Some((key, _)) = first.pop() {
-                return Ok(vec![(key, batch.clone())]);
+        if let Some(runs) = self.runs(batch)? {
+            let mut split = Vec::with_capacity(runs.len());
+            for (start, len) in runs {
+                let rows = batch.slice(start, len);
+                match self.splitter.split(&rows.slice(0, 1))?.pop() {
+                    Some((key, _)) => split.push((key, rows)),
+                    None => return Ok(self.splitter.split(batch)?),
+                }
             }
+            return Ok(split);
         }
         Ok(self.splitter.split(batch)?)
     }
 
-    fn is_single_partition(&self, batch: &RecordBatch) -> LakeResult<bool> {
+    /// The runs `(start, len)` of consecutive rows in one partition, when they are few enough
+    /// (one per [`ROWS_PER_RUN`] rows at most) that slicing beats grouping row by row.
+    fn runs(&self, batch: &RecordBatch) -> LakeResult<Option<Vec<(usize, usize)>>> {
         let Some(columns) = &self.columns else {
-            return Ok(false);
+            return Ok(None);
         };
+        let rows = batch.num_rows();
+        if rows == 0 {
+            return Ok(None);
+        }
+        let mut starts = vec![0];
         for (index, transform) in columns {
             let values = transform.transform(batch.column(*index).clone())?;
-            let nulls = values.null_count();
-            if nulls == values.len() {
-                continue;
-            }
-            if nulls > 0 {
-                return Ok(false);
-            }
-            let same =
-                arrow_ord::cmp::eq(&values, &Scalar::new(values.slice(0, 1))).map_err(|e| {
-                    LakeError::new(ErrorKind::Invalid, "partition compare").with_source(e)
-                })?;
-            if same.true_count() != values.len() {
-                return Ok(false);
+            let changed =
+                arrow_ord::cmp::distinct(&values.slice(0, rows - 1), &values.slice(1, rows - 1))
+                    .map_err(|e| {
+                        LakeError::new(ErrorKind::Invalid, "partition compare").with_source(e)
+                    })?;
+            starts.extend(changed.values().set_indices().map(|i| i + 1));
+            if starts.len() > 1 + rows / ROWS_PER_RUN {
+                return Ok(None);
             }
         }
-        Ok(true)
+        starts.sort_unstable();
+        starts.dedup();
+        let ends = starts.iter().skip(1).copied().chain([rows]);
+        Ok(Some(
+            starts.iter().zip(ends).map(|(s, e)| (*s, e - s)).collect(),
+        ))
     }
 }
+
+/// Partitioned rows are written as runs of one partition when runs are at least this long on
+/// average (else iceberg groups them row by row).
+const ROWS_PER_RUN: usize = 64;
 
 /// Fans batches out to one writer per partition, with a cap on open writers.
 pub struct PartitionedWriter<B: IcebergWriterBuilder> {

@@ -84,6 +84,36 @@ async fn writers_roll_cap_and_never_reuse_names() {
         .collect();
     assert_eq!(partitions.len(), 20, "10 days x 2 regions");
 
+    // Rows grouped by partition (runs of a day and region, of different lengths) are split
+    // as runs, and rows of mixed partitions row by row: either way each row lands in the
+    // partition its values say.
+    let groups: Vec<(i64, i64, i64)> = (0..4)
+        .flat_map(|day| [(day, 0, 100 * (day + 1)), (day, 1, 50 * (day + 1))])
+        .collect();
+    let grouped: Vec<i64> = groups
+        .iter()
+        .flat_map(|&(day, parity, n)| (0..n).map(move |k| day * 86_400_000_000 + 2 * k + parity))
+        .collect();
+    let mut mixed = grouped.clone();
+    mixed.sort_by_key(|id| (id % 2, id % 86_400_000_000, id / 86_400_000_000));
+    for ids in [grouped, mixed] {
+        let mut writer = DataWriter::data(&table, &WriterOptions::default()).unwrap();
+        writer.write(&batch(&schema, &ids, 1.0)).await.unwrap();
+        let files = writer.close().await.unwrap();
+        for &(day, parity, n) in &groups {
+            let (day, region) = (format!("Int({})", 19_700 + day), support::region(parity));
+            let rows: u64 = files
+                .iter()
+                .filter(|f| {
+                    let key = format!("{:?}", f.partition());
+                    key.contains(&day) && key.contains(&format!("String(\"{region}\")"))
+                })
+                .map(|f| f.record_count())
+                .sum();
+            assert_eq!(rows, n as u64, "day {day} {region}");
+        }
+    }
+
     // Two incarnations with the same prefix write distinct names.
     let mut names = HashSet::new();
     for _ in 0..2 {

@@ -100,7 +100,11 @@ pub(crate) fn changes_batch(
     let mut op = Int8Builder::with_capacity(rows);
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut bytes = 0u64;
-    for c in changes {
+    // In operator and partition order — the table's partitioning — so the writers split the
+    // batch into runs, not row by row.
+    let mut order: Vec<&Change> = changes.iter().collect();
+    order.sort_unstable_by_key(|c| (c.operator, c.partition));
+    for c in order {
         operator.append_value(
             operators
                 .get(c.operator as usize)
