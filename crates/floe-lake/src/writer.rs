@@ -262,21 +262,27 @@ impl Partitioner {
         if rows == 0 {
             return Ok(None);
         }
-        let mut starts = vec![0];
+        // Row i + 1 starts a run when any partition value differs from row i's.
+        let mut changed = None;
         for (index, transform) in columns {
             let values = transform.transform(batch.column(*index).clone())?;
-            let changed =
+            let differs =
                 arrow_ord::cmp::distinct(&values.slice(0, rows - 1), &values.slice(1, rows - 1))
                     .map_err(|e| {
                         LakeError::new(ErrorKind::Invalid, "partition compare").with_source(e)
                     })?;
-            starts.extend(changed.values().set_indices().map(|i| i + 1));
-            if starts.len() > 1 + rows / ROWS_PER_RUN {
+            let any = match changed.take() {
+                Some(before) => &before | differs.values(),
+                None => differs.values().clone(),
+            };
+            if any.count_set_bits() > rows / ROWS_PER_RUN {
                 return Ok(None);
             }
+            changed = Some(any);
         }
-        starts.sort_unstable();
-        starts.dedup();
+        let starts: Vec<usize> = std::iter::once(0)
+            .chain(changed.iter().flat_map(|c| c.set_indices().map(|i| i + 1)))
+            .collect();
         let ends = starts.iter().skip(1).copied().chain([rows]);
         Ok(Some(
             starts.iter().zip(ends).map(|(s, e)| (*s, e - s)).collect(),
