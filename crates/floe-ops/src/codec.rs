@@ -81,7 +81,8 @@ impl Writer {
 pub struct Reader<'a>(pub &'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    /// The next `n` bytes as they are.
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
         if self.0.len() < n {
             return Err("state value ends too early".into());
         }

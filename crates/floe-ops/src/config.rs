@@ -67,6 +67,16 @@
 //! # columns (defaults): service_column = "service_name", error_column = "error",
 //! #   duration_column = "duration_ns"
 //!
+//! [[operators]]
+//! id = "service_anomalies"
+//! kind = "anomaly"              # minutes far from a robust baseline (floe_ops::anomaly)
+//! input = "by_service"          # exchanged by (a subset of) the key
+//! key = ["service_name"]        # the columns naming a series
+//! measures = { latency_p99 = "quantile(duration_ns, 0.99)", error_rate = "ratio(error)" }
+//! allowed_lateness = "1m"
+//! anomaly = { threshold = 4.0, alpha = 0.05, warmup = 30, min_count = 20, min_deviation = 0.05, min_delta = 0.0, seasonality = "hour_of_day", ttl = "1d", direction = "up" }
+//! scores_output = "service_anomalies_scores"   # every score (default: <output>_scores)
+//!
 //! [[slos]]
 //! name = "checkout-availability"
 //! service = "checkout"
@@ -86,6 +96,7 @@ use toml::Spanned;
 
 use crate::Operator;
 use crate::aggregate::{Aggregate, parse_aggregate};
+use crate::anomaly::{Anomaly, AnomalySettings, AnomalySpec, Direction, parse_measure};
 use crate::edges::{Edges, EdgesSpec};
 use crate::regression::{DEFAULTS, Regression, RegressionSpec};
 use crate::slo::{Objective, Sli, Slo, SloSpec};
@@ -173,6 +184,38 @@ pub struct RawOperator {
     /// `avg(col)`, `count_distinct(col)`, `quantile(col, q)`).
     #[serde(default)]
     pub aggregates: BTreeMap<String, Text>,
+    /// `anomaly`: measure name → what is scored per minute (an aggregate, `ratio(col)` or
+    /// `increase(col)`).
+    #[serde(default)]
+    pub measures: BTreeMap<String, Text>,
+    /// `anomaly`: how series are scored.
+    pub anomaly: Option<Spanned<RawAnomaly>>,
+    /// `anomaly`: the stream of every score (default `<output>_scores`).
+    pub scores_output: Option<Text>,
+}
+
+/// `[[operators]] anomaly = {…}` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAnomaly {
+    /// |score| at or above this is an anomaly (default 4).
+    pub threshold: Option<Spanned<f64>>,
+    /// The weight of a new minute in the baseline (default 0.05).
+    pub alpha: Option<Spanned<f64>>,
+    /// Minutes learned before a series is scored (default 30).
+    pub warmup: Option<Spanned<i64>>,
+    /// Values a minute needs to be scored (default 1).
+    pub min_count: Option<Spanned<i64>>,
+    /// The deviation's floor as a share of the expected value (default 0.05).
+    pub min_deviation: Option<Spanned<f64>>,
+    /// The deviation's absolute floor (default 0).
+    pub min_delta: Option<Spanned<f64>>,
+    /// `hour_of_day` (default) or `none`.
+    pub seasonality: Option<Text>,
+    /// How long a series without values is remembered (default `1d`).
+    pub ttl: Option<Text>,
+    /// `up`, `down` or `both` (default).
+    pub direction: Option<Text>,
 }
 
 /// `[[operators]] regression = {…}` as written.
@@ -248,6 +291,8 @@ pub enum OperatorKind {
     Regression(RegressionSpec),
     /// `edges`.
     Edges(EdgesSpec),
+    /// `anomaly`.
+    Anomaly(AnomalySpec),
     /// `exchange`: not an operator of the pipeline — its input's rows go to a topic, and the
     /// job's reader reads them back as its output stream (the runtime's `exchange` module).
     Exchange(ExchangeConfig),
@@ -296,6 +341,7 @@ impl OperatorConfig {
                 | OperatorKind::Slo(_)
                 | OperatorKind::Regression(_)
                 | OperatorKind::Edges(_)
+                | OperatorKind::Anomaly(_)
         )
     }
 
@@ -306,6 +352,7 @@ impl OperatorConfig {
             OperatorKind::Slo(spec) => Some(spec.fingerprint()),
             OperatorKind::Regression(spec) => Some(spec.fingerprint()),
             OperatorKind::Edges(spec) => Some(spec.fingerprint()),
+            OperatorKind::Anomaly(spec) => Some(spec.fingerprint()),
             OperatorKind::Sql { .. } | OperatorKind::Exchange(_) => None,
         }
     }
@@ -324,6 +371,7 @@ impl OperatorConfig {
             OperatorKind::Slo(spec) => Box::new(Slo::new(spec.clone(), input)?),
             OperatorKind::Regression(spec) => Box::new(Regression::new(spec.clone(), input)?),
             OperatorKind::Edges(spec) => Box::new(Edges::new(spec.clone(), input)?),
+            OperatorKind::Anomaly(spec) => Box::new(Anomaly::new(spec.clone(), input)?),
             OperatorKind::Exchange(_) => {
                 return Err("an exchange is the reader's, not an operator of the pipeline".into());
             }
@@ -387,6 +435,7 @@ impl OperatorConfig {
                 micros_text(e.out_of_orderness),
                 micros_text(e.allowed_lateness)
             ),
+            OperatorKind::Anomaly(a) => a.describe(),
             OperatorKind::Window(w) => {
                 let shape = match w.kind {
                     WindowKind::Tumbling { size } => format!("tumbling {}", micros_text(size)),
@@ -484,7 +533,7 @@ pub fn check_pipeline(
                 id_value,
                 format!(
                     "operator {id} needs a `kind`: filter, select, window, exchange, slo, \
-                     regression or edges"
+                     regression, edges or anomaly"
                 ),
             );
             continue;
@@ -523,6 +572,11 @@ pub fn check_pipeline(
         }
         if kind_name != "edges" {
             not_for(c, "join_window", raw.join_window.is_some());
+        }
+        if kind_name != "anomaly" {
+            not_for(c, "measures", !raw.measures.is_empty());
+            not_for(c, "anomaly", raw.anomaly.is_some());
+            not_for(c, "scores_output", raw.scores_output.is_some());
         }
         if kind_name != "exchange" {
             not_for(c, "partitions", raw.partitions.is_some());
@@ -660,12 +714,63 @@ pub fn check_pipeline(
                     output: output.clone(),
                 })
             }
+            "anomaly" => {
+                not_for(c, "where", raw.predicate.is_some());
+                not_for(c, "columns", raw.columns.is_some());
+                not_for(c, "window", raw.window.is_some());
+                not_for(c, "aggregates", !raw.aggregates.is_empty());
+                let Some(settings) = anomaly(c, raw) else {
+                    continue;
+                };
+                let key: Vec<String> = raw.key.iter().flatten().map(|k| c.text(k)).collect();
+                if key.is_empty() {
+                    c.at(
+                        kind_value,
+                        format!("anomaly {id} needs `key`: the columns naming a series"),
+                    );
+                }
+                let mut measures = Vec::new();
+                for (name, text) in &raw.measures {
+                    match parse_measure(name, &c.text(text)) {
+                        Ok(m) => measures.push(m),
+                        Err(e) => c.at(text, e),
+                    }
+                }
+                if raw.measures.is_empty() {
+                    c.at(
+                        kind_value,
+                        format!(
+                            "anomaly {id} needs `measures`, e.g. {{ p99 = \"quantile(duration_ns, \
+                             0.99)\", error_rate = \"ratio(error)\" }}"
+                        ),
+                    );
+                }
+                OperatorKind::Anomaly(AnomalySpec {
+                    id: id.clone(),
+                    // Resolved against the input stream by `resolve_time`.
+                    time_column: c.opt(raw.time_column.as_ref()).unwrap_or_default(),
+                    out_of_orderness: 0,
+                    allowed_lateness: c
+                        .duration_or_zero(raw.allowed_lateness.as_ref(), Duration::ZERO)
+                        .as_micros() as i64,
+                    key,
+                    measures,
+                    settings,
+                    output: output.clone(),
+                    scores_output: c
+                        .opt(raw.scores_output.as_ref())
+                        .unwrap_or_else(|| format!("{output}_scores")),
+                    late_output: c
+                        .opt(raw.late_output.as_ref())
+                        .unwrap_or_else(|| format!("{output}_late")),
+                })
+            }
             other => {
                 c.at(
                     kind_value,
                     format!(
                         "there is no operator kind {other:?}; use filter, select, window, \
-                         exchange, slo, regression or edges"
+                         exchange, slo, regression, edges or anomaly"
                     ),
                 );
                 continue;
@@ -676,6 +781,10 @@ pub fn check_pipeline(
             OperatorKind::Window(w) => outputs.push(w.late_output.clone()),
             OperatorKind::Slo(spec) => outputs.push(spec.late_output.clone()),
             OperatorKind::Regression(spec) => outputs.push(spec.late_output.clone()),
+            OperatorKind::Anomaly(spec) => {
+                outputs.push(spec.late_output.clone());
+                outputs.push(spec.scores_output.clone());
+            }
             _ => {}
         }
         for out in &outputs {
@@ -1194,6 +1303,106 @@ fn regression(c: &mut Checker<'_>, raw: &RawOperator) -> Option<RegressionSpec> 
     })
 }
 
+/// The scoring settings of an `anomaly` operator.
+fn anomaly(c: &mut Checker<'_>, raw: &RawOperator) -> Option<AnomalySettings> {
+    let empty = RawAnomaly::default();
+    let a = raw.anomaly.as_ref().map_or(&empty, |a| a.get_ref());
+    let d = crate::anomaly::DEFAULTS;
+    let mut ok = true;
+    let mut float =
+        |v: &Option<Spanned<f64>>, default: f64, valid: fn(f64) -> bool, rule: &str| match v {
+            None => default,
+            Some(x) if valid(*x.get_ref()) => *x.get_ref(),
+            Some(x) => {
+                c.at(x, rule.to_string());
+                ok = false;
+                default
+            }
+        };
+    let threshold = float(
+        &a.threshold,
+        d.threshold,
+        |x| x > 0.0 && x.is_finite(),
+        "`threshold` is a number of deviations above 0",
+    );
+    let alpha = float(
+        &a.alpha,
+        d.alpha,
+        |x| x > 0.0 && x < 1.0,
+        "`alpha` is between 0 and 1, exclusive",
+    );
+    let min_deviation = float(
+        &a.min_deviation,
+        d.min_deviation,
+        |x| (0.0..1e6).contains(&x),
+        "`min_deviation` is a share of the expected value, 0 or more",
+    );
+    let min_delta = float(
+        &a.min_delta,
+        d.min_delta,
+        |x| x >= 0.0 && x.is_finite(),
+        "`min_delta` is 0 or more",
+    );
+    let mut int = |v: &Option<Spanned<i64>>, default: i64, min: i64, name: &str| match v {
+        None => Some(default),
+        Some(n) if *n.get_ref() >= min && *n.get_ref() <= u32::MAX as i64 => Some(*n.get_ref()),
+        Some(n) => {
+            c.at(n, format!("`{name}` is a whole number from {min}"));
+            None
+        }
+    };
+    let warmup = int(&a.warmup, i64::from(d.warmup), 1, "warmup");
+    let min_count = int(&a.min_count, d.min_count as i64, 1, "min_count");
+    let seasonality = match c.opt(a.seasonality.as_ref()).as_deref() {
+        None | Some("hour_of_day") => true,
+        Some("none") => false,
+        Some(other) => {
+            c.at(
+                a.seasonality.as_ref().expect("given"),
+                format!("`seasonality` is \"hour_of_day\" or \"none\", not {other:?}"),
+            );
+            return None;
+        }
+    };
+    let direction = match c.opt(a.direction.as_ref()) {
+        None => d.direction,
+        Some(text) => match Direction::parse(&text) {
+            Some(dir) => dir,
+            None => {
+                c.at(
+                    a.direction.as_ref().expect("given"),
+                    format!("`direction` is \"up\", \"down\" or \"both\", not {text:?}"),
+                );
+                return None;
+            }
+        },
+    };
+    let ttl = c.duration(
+        a.ttl.as_ref(),
+        Duration::from_secs(d.ttl_minutes as u64 * 60),
+    );
+    if let Some(v) = &a.ttl
+        && (!ttl.as_secs().is_multiple_of(60) || ttl < Duration::from_secs(60))
+    {
+        c.at(v, "`ttl` is whole minutes, at least 1m");
+        return None;
+    }
+    if !ok {
+        return None;
+    }
+    Some(AnomalySettings {
+        threshold,
+        alpha,
+        warmup: warmup? as u32,
+        min_count: min_count? as u64,
+        min_deviation,
+        min_delta,
+        seasonality,
+        ttl_minutes: (ttl.as_secs() / 60) as i64,
+        direction,
+    })
+}
+
 fn exchange(c: &mut Checker<'_>, id: &str, raw: &RawOperator, at: &Text) -> Option<ExchangeConfig> {
     let key: Vec<String> = raw.key.iter().flatten().map(|k| c.text(k)).collect();
     if key.is_empty() {
@@ -1296,6 +1505,7 @@ pub fn resolve_time(pipeline: &mut Pipeline, source: &[StreamSpec]) -> Vec<(Stri
             OperatorKind::Slo(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             OperatorKind::Regression(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             OperatorKind::Edges(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
+            OperatorKind::Anomaly(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             _ => continue,
         };
         *ooo = time.out_of_orderness.as_micros() as i64;

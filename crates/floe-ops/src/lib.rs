@@ -22,9 +22,11 @@
 //! [`window::Window`] (tumbling, sliding and session windows over event time, with
 //! mergeable aggregates and allowed lateness), [`slo::Slo`] (error budgets and burn-rate
 //! alerts per objective, on a window of its own), [`regression::Regression`] (deploys judged
-//! against the version they replace) and [`edges::Edges`] (the service map).
+//! against the version they replace), [`edges::Edges`] (the service map) and
+//! [`anomaly::Anomaly`] (series scored against a robust baseline).
 
 pub mod aggregate;
+pub mod anomaly;
 pub mod codec;
 pub mod config;
 pub mod edges;

@@ -214,7 +214,8 @@ impl Pipeline {
                 OperatorKind::Window(_)
                 | OperatorKind::Slo(_)
                 | OperatorKind::Regression(_)
-                | OperatorKind::Edges(_) => {}
+                | OperatorKind::Edges(_)
+                | OperatorKind::Anomaly(_) => {}
             }
             let Some(op) = self.operators[i].as_mut() else {
                 continue;

@@ -351,4 +351,68 @@ mod tests {
             "{elsewhere}"
         );
     }
+
+    /// A job with a select, an exchange by service and an anomaly operator with `settings`.
+    fn anomaly_problems(settings: &str) -> String {
+        let text = format!(
+            "{HEAD}{KAFKA}\n\
+             [[operators]]\nid = \"requests\"\nkind = \"select\"\ninput = \"spans\"\n\
+             columns = [\"ts\", \"service_name\", \"span_name\", \"duration_ns\", \"status_code\", \
+             \"CASE WHEN status_code = 'ERROR' THEN 1 ELSE 0 END AS error\", \"kafka_offset\", \"kafka_item\"]\n\
+             [[operators]]\nid = \"by_service\"\nkind = \"exchange\"\ninput = \"requests\"\nkey = [\"service_name\"]\n\
+             [[operators]]\nid = \"anomalies\"\nkind = \"anomaly\"\ninput = \"by_service\"\n{settings}"
+        );
+        match JobConfig::from_toml::<RawSource>(None, &text) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn an_anomaly_operator_is_checked_with_its_place() {
+        let measures =
+            "measures = { p99 = \"quantile(duration_ns, 0.99)\", errors = \"ratio(error)\" }\n";
+        let good = format!("key = [\"service_name\", \"span_name\"]\n{measures}");
+        assert_eq!(anomaly_problems(&good), "");
+        assert_eq!(
+            anomaly_problems(&format!(
+                "{good}anomaly = {{ threshold = 3.5, warmup = 10, ttl = \"2h\", direction = \"up\", seasonality = \"none\" }}\n"
+            )),
+            ""
+        );
+        let no_key = anomaly_problems(measures);
+        assert!(no_key.contains("needs `key`"), "{no_key}");
+        let no_measures = anomaly_problems("key = [\"service_name\"]\n");
+        assert!(no_measures.contains("needs `measures`"), "{no_measures}");
+        let bad_measure = anomaly_problems(
+            "key = [\"service_name\"]\nmeasures = { x = \"median(duration_ns)\" }\n",
+        );
+        assert!(
+            bad_measure.contains(":22:18") && bad_measure.contains("ratio(col)"),
+            "{bad_measure}"
+        );
+        let text_column =
+            anomaly_problems("key = [\"service_name\"]\nmeasures = { x = \"avg(status_code)\" }\n");
+        assert!(text_column.contains("not a number"), "{text_column}");
+        let direction =
+            anomaly_problems(&format!("{good}anomaly = {{ direction = \"sideways\" }}\n"));
+        assert!(
+            direction.contains(":23:25") && direction.contains("sideways"),
+            "{direction}"
+        );
+        let alpha = anomaly_problems(&format!("{good}anomaly = {{ alpha = 0 }}\n"));
+        assert!(alpha.contains("`alpha` is between 0 and 1"), "{alpha}");
+        let ttl = anomaly_problems(&format!("{good}anomaly = {{ ttl = \"90s\" }}\n"));
+        assert!(ttl.contains("whole minutes"), "{ttl}");
+        let wrong_key = anomaly_problems(&format!("key = [\"span_name\"]\n{measures}"));
+        assert!(
+            wrong_key.contains("exchanged by service_name"),
+            "{wrong_key}"
+        );
+        let elsewhere = regression_problems(measures);
+        assert!(
+            elsewhere.contains("`measures` is not a setting of a regression operator"),
+            "{elsewhere}"
+        );
+    }
 }

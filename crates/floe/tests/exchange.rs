@@ -25,8 +25,11 @@
 //! over the landed spans not in their late table; a deploy-regression operator must flag the
 //! generated bad `payments` deploy by both metrics. A second exchange, by trace id, feeds a
 //! service-map operator, whose edges must be DuckDB's join of spans with their parents in
-//! another service, less at most the few the records sent back made late. The window's, the
-//! SLOs', the verdicts, the edges and the late tables must be the same in every scenario.
+//! another service, less at most the few the records sent back made late. An anomaly
+//! operator scores each service's minutes (error rate and p99): each score's error rate and
+//! count must be DuckDB's over the landed spans not in its late table, and its anomalies the
+//! scores past the threshold. The window's, the SLOs', the verdicts, the edges', the anomaly
+//! scores and the late tables must be the same in every scenario.
 //!
 //! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
 
@@ -91,6 +94,9 @@ struct Windowed {
     deploys: (u64, i64),
     /// (rows, digest) of the service edges, summed over partitions.
     edges: (u64, i64),
+    /// (rows, digest) of the anomaly scores, the anomalies and the anomaly operator's late
+    /// rows.
+    anomalies: [(u64, i64); 3],
 }
 
 struct Scenario {
@@ -340,6 +346,7 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINC
         let (slo, slo_late) = self.check_slo(s, &spans).await;
         let deploys = self.check_deploys(s).await;
         let edges = self.check_edges(s, &spans).await;
+        let anomalies = self.check_anomalies(s, &spans).await;
         Windowed {
             rows: (rows as u64, digest as i64),
             late: (late as u64, late_digest as i64),
@@ -347,7 +354,84 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINC
             slo_late,
             deploys,
             edges,
+            anomalies,
         }
+    }
+
+    /// The anomaly scores behind the exchange: each scored minute's error rate and count are
+    /// DuckDB's over the landed spans not in the operator's late table; anomalies are the
+    /// scores past the threshold. Returns (rows, digest) of the scores, anomalies and late
+    /// tables.
+    async fn check_anomalies(&self, s: &Scenario, spans: &str) -> [(u64, i64); 3] {
+        let scores = self.location(s.name, "anomalies_scores").await;
+        let flagged = self.location(s.name, "anomalies").await;
+        let late = self.location(s.name, "anomalies_late").await;
+        let out = python(&format!(
+            r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE spans AS SELECT * FROM iceberg_scan('{spans}')")
+con.sql("CREATE TABLE scores AS SELECT * FROM iceberg_scan('{scores}')")
+con.sql("CREATE TABLE flagged AS SELECT * FROM iceberg_scan('{flagged}')")
+con.sql("CREATE TABLE late AS SELECT * FROM iceberg_scan('{late}')")
+con.sql("CREATE TABLE got AS SELECT epoch_us(window_start) AS start_us, service_name, observed, \"values\" FROM scores WHERE measure = 'error_rate'")
+con.sql("""CREATE TABLE expected AS
+  SELECT (epoch_us(ts) // 60000000) * 60000000 AS start_us, service_name,
+         avg(CASE WHEN status_code = 'ERROR' THEN 1.0 ELSE 0.0 END) AS observed, count(*) AS \"values\"
+  FROM spans ANTI JOIN late USING (trace_id, span_id) GROUP BY ALL""")
+one = lambda q: con.sql(q).fetchone()[0]
+print(one("SELECT count(*) FROM got"),
+      one("SELECT count(*) FROM got ANTI JOIN expected USING (start_us, service_name, \"values\") "),
+      one("SELECT count(*) FROM got JOIN expected e USING (start_us, service_name) WHERE abs(got.observed - e.observed) > 1e-9"),
+      one("SELECT count(*) FROM (SELECT * EXCLUDE (direction) FROM flagged EXCEPT ALL SELECT * EXCLUDE (direction) FROM scores WHERE score >= 4)"),
+      one("SELECT count(*) FROM (SELECT * EXCLUDE (direction) FROM scores WHERE score >= 4 EXCEPT ALL SELECT * EXCLUDE (direction) FROM flagged)"),
+      one("SELECT count(*) FROM scores"), one("SELECT coalesce(sum(hash(scores)), 0) FROM scores"),
+      one("SELECT count(*) FROM flagged"), one("SELECT coalesce(sum(hash(flagged)), 0) FROM flagged"),
+      one("SELECT count(*) FROM late"), one("SELECT coalesce(sum(hash(trace_id, span_id, late_watermark)), 0) FROM late"))
+"#
+        ));
+        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
+        let [
+            error_minutes,
+            unknown,
+            wrong,
+            extra_flags,
+            missing_flags,
+            rows,
+            digest,
+            flags,
+            flags_digest,
+            late,
+            late_digest,
+        ] = cells[..]
+        else {
+            panic!("{out}");
+        };
+        assert!(
+            error_minutes >= 3,
+            "{}: {error_minutes} error-rate scores",
+            s.name
+        );
+        assert_eq!(
+            (unknown, wrong),
+            (0, 0),
+            "{}: each score's error rate and count are DuckDB's over the landed spans",
+            s.name
+        );
+        assert_eq!(
+            (extra_flags, missing_flags),
+            (0, 0),
+            "{}: the anomalies are the scores past the threshold",
+            s.name
+        );
+        eprintln!(
+            "{}: {rows} anomaly scores, {flags} anomalies, {late} late",
+            s.name
+        );
+        [
+            (rows as u64, digest as i64),
+            (flags as u64, flags_digest as i64),
+            (late as u64, late_digest as i64),
+        ]
     }
 
     /// The service map behind the exchange by trace id: every edge is one of DuckDB's join of
@@ -583,6 +667,15 @@ kind = "regression"
 input = "by_service"
 allowed_lateness = "1s"
 regression = {{ baseline = "2m", after = "2m", max_wait = "3m", min_requests = 50 }}
+
+[[operators]]
+id = "anomalies"
+kind = "anomaly"
+input = "by_service"
+key = ["service_name"]
+allowed_lateness = "1s"
+measures = {{ latency_p99 = "quantile(duration_ns, 0.99)", error_rate = "ratio(error)" }}
+anomaly = {{ warmup = 1, direction = "up" }}
 
 [[operators]]
 id = "edge_spans"

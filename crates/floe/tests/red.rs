@@ -15,6 +15,9 @@
 //! `otel_service_edges` (behind a second exchange, by trace id), its partial rows summed per
 //! (minute, caller, callee), must equal DuckDB's join of each span with its parent of another
 //! service, and its merged p99 sketches the exact p99 within the sketch's 1 %.
+//! `otel_anomaly_scores` (warm-up shortened to 3 minutes) must carry, per scored minute and
+//! service, the request count and error rate of `otel_red_1m`; `otel_anomalies` exactly the
+//! scores past the threshold.
 //!
 //! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
 
@@ -199,6 +202,11 @@ print(one("SELECT count(*) FROM got"),
     );
     check_regressions(&spans, &location("otel_deploy_regressions").await);
     check_edges(&spans, &location("otel_service_edges").await);
+    check_anomalies(
+        &red,
+        &location("otel_anomaly_scores").await,
+        &location("otel_anomalies").await,
+    );
     catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -238,6 +246,33 @@ print(len(rows), n_old, n_new, e_old, e_new, p)
 "#
     ));
     eprintln!("otel_deploy_regressions: (rows, old n, new n, old errors, new errors, p) = {out}");
+}
+
+/// `otel_anomaly_scores` against `otel_red_1m` (itself DuckDB's over the spans): each scored
+/// (minute, service) has the rollup's requests summed over endpoints as its count and their
+/// error share as its error rate; `otel_anomalies` holds exactly the scores at or above the
+/// threshold (4, upwards).
+fn check_anomalies(red: &str, scores: &str, anomalies: &str) {
+    let out = python(&format!(
+        r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE red AS SELECT window_start, service_name, sum(requests) AS n, sum(errors) / sum(requests) AS rate FROM iceberg_scan('{red}') GROUP BY ALL")
+con.sql("CREATE TABLE scores AS SELECT * FROM iceberg_scan('{scores}')")
+con.sql("CREATE TABLE flagged AS SELECT * FROM iceberg_scan('{anomalies}')")
+one = lambda q: con.sql(q).fetchone()[0]
+n = one("SELECT count(*) FROM scores WHERE measure = 'error_rate'")
+assert n > 0, "no error-rate scores"
+assert one("SELECT count(DISTINCT measure) FROM scores") == 2
+wrong = one('''SELECT count(*) FROM scores s LEFT JOIN red r USING (window_start, service_name)
+  WHERE s.measure = 'error_rate' AND (r.n IS NULL OR r.n <> s."values" OR abs(r.rate - s.observed) > 1e-12)''')
+assert wrong == 0, con.sql("SELECT * FROM scores s LEFT JOIN red r USING (window_start, service_name) WHERE s.measure = 'error_rate' LIMIT 5").fetchall()
+extra = one("SELECT count(*) FROM (SELECT * FROM flagged EXCEPT ALL SELECT * FROM scores WHERE score >= 4)")
+missing = one("SELECT count(*) FROM (SELECT * FROM scores WHERE score >= 4 EXCEPT ALL SELECT * FROM flagged)")
+assert (extra, missing) == (0, 0), (extra, missing)
+print(n, one("SELECT count(*) FROM flagged"), con.sql("SELECT list(DISTINCT service_name || '/' || measure) FROM flagged").fetchone()[0])
+"#
+    ));
+    eprintln!("otel_anomaly_scores: (error-rate scores, anomalies, flagged series) = {out}");
 }
 
 /// `otel_service_edges` against DuckDB's join of every span with its parent in another
