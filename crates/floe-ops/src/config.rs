@@ -77,6 +77,14 @@
 //! anomaly = { threshold = 4.0, alpha = 0.05, warmup = 30, min_count = 20, min_deviation = 0.05, min_delta = 0.0, seasonality = "hour_of_day", ttl = "1d", direction = "up" }
 //! scores_output = "service_anomalies_scores"   # every score (default: <output>_scores)
 //!
+//! [[operators]]
+//! id = "disk_forecasts"
+//! kind = "forecast"             # a linear trend heading for a threshold (floe_ops::forecast)
+//! input = "by_series"           # gauges exchanged by (a subset of) the key
+//! key = ["service_name", "metric_name", "host"]
+//! measures = { used = "max(value)" }
+//! forecast = { threshold = 0.9, horizon = "1h", alpha = 0.2, beta = 0.05, warmup = 15, direction = "up" }
+//!
 //! [[slos]]
 //! name = "checkout-availability"
 //! service = "checkout"
@@ -96,9 +104,11 @@ use toml::Spanned;
 
 use crate::Operator;
 use crate::aggregate::{Aggregate, parse_aggregate};
-use crate::anomaly::{Anomaly, AnomalySettings, AnomalySpec, Direction, parse_measure};
+use crate::anomaly::{AnomalySettings, Direction};
 use crate::edges::{Edges, EdgesSpec};
+use crate::forecast::{Crossing, ForecastSettings};
 use crate::regression::{DEFAULTS, Regression, RegressionSpec};
+use crate::series::{Model, SeriesOperator, SeriesSpec, parse_measure};
 use crate::slo::{Objective, Sli, Slo, SloSpec};
 use crate::sql::Sql;
 use crate::window::{Window, WindowKind, WindowSpec};
@@ -190,8 +200,32 @@ pub struct RawOperator {
     pub measures: BTreeMap<String, Text>,
     /// `anomaly`: how series are scored.
     pub anomaly: Option<Spanned<RawAnomaly>>,
-    /// `anomaly`: the stream of every score (default `<output>_scores`).
+    /// `forecast`: how series are forecast.
+    pub forecast: Option<Spanned<RawForecast>>,
+    /// `anomaly`, `forecast`: the stream of every judged minute (default `<output>_scores`).
     pub scores_output: Option<Text>,
+}
+
+/// `[[operators]] forecast = {…}` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawForecast {
+    /// The value that is saturation (required).
+    pub threshold: Option<Spanned<f64>>,
+    /// A series with less time than this left is forecast (default `1h`).
+    pub horizon: Option<Text>,
+    /// The level's weight of a new minute (default 0.2).
+    pub alpha: Option<Spanned<f64>>,
+    /// The trend's weight of a new minute (default 0.05).
+    pub beta: Option<Spanned<f64>>,
+    /// Minutes learned before a series is forecast (default 15).
+    pub warmup: Option<Spanned<i64>>,
+    /// Values a minute needs (default 1).
+    pub min_count: Option<Spanned<i64>>,
+    /// How long a series without values is remembered (default `1d`).
+    pub ttl: Option<Text>,
+    /// `up` (default: rising to the threshold) or `down`.
+    pub direction: Option<Text>,
 }
 
 /// `[[operators]] anomaly = {…}` as written.
@@ -291,8 +325,8 @@ pub enum OperatorKind {
     Regression(RegressionSpec),
     /// `edges`.
     Edges(EdgesSpec),
-    /// `anomaly`.
-    Anomaly(AnomalySpec),
+    /// `anomaly` and `forecast`.
+    Series(SeriesSpec),
     /// `exchange`: not an operator of the pipeline — its input's rows go to a topic, and the
     /// job's reader reads them back as its output stream (the runtime's `exchange` module).
     Exchange(ExchangeConfig),
@@ -341,7 +375,7 @@ impl OperatorConfig {
                 | OperatorKind::Slo(_)
                 | OperatorKind::Regression(_)
                 | OperatorKind::Edges(_)
-                | OperatorKind::Anomaly(_)
+                | OperatorKind::Series(_)
         )
     }
 
@@ -352,7 +386,7 @@ impl OperatorConfig {
             OperatorKind::Slo(spec) => Some(spec.fingerprint()),
             OperatorKind::Regression(spec) => Some(spec.fingerprint()),
             OperatorKind::Edges(spec) => Some(spec.fingerprint()),
-            OperatorKind::Anomaly(spec) => Some(spec.fingerprint()),
+            OperatorKind::Series(spec) => Some(spec.fingerprint()),
             OperatorKind::Sql { .. } | OperatorKind::Exchange(_) => None,
         }
     }
@@ -371,7 +405,7 @@ impl OperatorConfig {
             OperatorKind::Slo(spec) => Box::new(Slo::new(spec.clone(), input)?),
             OperatorKind::Regression(spec) => Box::new(Regression::new(spec.clone(), input)?),
             OperatorKind::Edges(spec) => Box::new(Edges::new(spec.clone(), input)?),
-            OperatorKind::Anomaly(spec) => Box::new(Anomaly::new(spec.clone(), input)?),
+            OperatorKind::Series(spec) => Box::new(SeriesOperator::new(spec.clone(), input)?),
             OperatorKind::Exchange(_) => {
                 return Err("an exchange is the reader's, not an operator of the pipeline".into());
             }
@@ -435,7 +469,7 @@ impl OperatorConfig {
                 micros_text(e.out_of_orderness),
                 micros_text(e.allowed_lateness)
             ),
-            OperatorKind::Anomaly(a) => a.describe(),
+            OperatorKind::Series(a) => a.describe(),
             OperatorKind::Window(w) => {
                 let shape = match w.kind {
                     WindowKind::Tumbling { size } => format!("tumbling {}", micros_text(size)),
@@ -533,7 +567,7 @@ pub fn check_pipeline(
                 id_value,
                 format!(
                     "operator {id} needs a `kind`: filter, select, window, exchange, slo, \
-                     regression, edges or anomaly"
+                     regression, edges, anomaly or forecast"
                 ),
             );
             continue;
@@ -574,8 +608,13 @@ pub fn check_pipeline(
             not_for(c, "join_window", raw.join_window.is_some());
         }
         if kind_name != "anomaly" {
-            not_for(c, "measures", !raw.measures.is_empty());
             not_for(c, "anomaly", raw.anomaly.is_some());
+        }
+        if kind_name != "forecast" {
+            not_for(c, "forecast", raw.forecast.is_some());
+        }
+        if !["anomaly", "forecast"].contains(&kind_name.as_str()) {
+            not_for(c, "measures", !raw.measures.is_empty());
             not_for(c, "scores_output", raw.scores_output.is_some());
         }
         if kind_name != "exchange" {
@@ -714,19 +753,24 @@ pub fn check_pipeline(
                     output: output.clone(),
                 })
             }
-            "anomaly" => {
+            "anomaly" | "forecast" => {
                 not_for(c, "where", raw.predicate.is_some());
                 not_for(c, "columns", raw.columns.is_some());
                 not_for(c, "window", raw.window.is_some());
                 not_for(c, "aggregates", !raw.aggregates.is_empty());
-                let Some(settings) = anomaly(c, raw) else {
+                let model = if kind_name == "anomaly" {
+                    anomaly(c, raw).map(Model::Anomaly)
+                } else {
+                    forecast(c, raw, kind_value).map(Model::Forecast)
+                };
+                let Some(model) = model else {
                     continue;
                 };
                 let key: Vec<String> = raw.key.iter().flatten().map(|k| c.text(k)).collect();
                 if key.is_empty() {
                     c.at(
                         kind_value,
-                        format!("anomaly {id} needs `key`: the columns naming a series"),
+                        format!("{kind_name} {id} needs `key`: the columns naming a series"),
                     );
                 }
                 let mut measures = Vec::new();
@@ -740,12 +784,12 @@ pub fn check_pipeline(
                     c.at(
                         kind_value,
                         format!(
-                            "anomaly {id} needs `measures`, e.g. {{ p99 = \"quantile(duration_ns, \
+                            "{kind_name} {id} needs `measures`, e.g. {{ p99 = \"quantile(duration_ns, \
                              0.99)\", error_rate = \"ratio(error)\" }}"
                         ),
                     );
                 }
-                OperatorKind::Anomaly(AnomalySpec {
+                OperatorKind::Series(SeriesSpec {
                     id: id.clone(),
                     // Resolved against the input stream by `resolve_time`.
                     time_column: c.opt(raw.time_column.as_ref()).unwrap_or_default(),
@@ -755,7 +799,7 @@ pub fn check_pipeline(
                         .as_micros() as i64,
                     key,
                     measures,
-                    settings,
+                    model,
                     output: output.clone(),
                     scores_output: c
                         .opt(raw.scores_output.as_ref())
@@ -770,7 +814,7 @@ pub fn check_pipeline(
                     kind_value,
                     format!(
                         "there is no operator kind {other:?}; use filter, select, window, \
-                         exchange, slo, regression, edges or anomaly"
+                         exchange, slo, regression, edges, anomaly or forecast"
                     ),
                 );
                 continue;
@@ -781,7 +825,7 @@ pub fn check_pipeline(
             OperatorKind::Window(w) => outputs.push(w.late_output.clone()),
             OperatorKind::Slo(spec) => outputs.push(spec.late_output.clone()),
             OperatorKind::Regression(spec) => outputs.push(spec.late_output.clone()),
-            OperatorKind::Anomaly(spec) => {
+            OperatorKind::Series(spec) => {
                 outputs.push(spec.late_output.clone());
                 outputs.push(spec.scores_output.clone());
             }
@@ -1377,16 +1421,7 @@ fn anomaly(c: &mut Checker<'_>, raw: &RawOperator) -> Option<AnomalySettings> {
             }
         },
     };
-    let ttl = c.duration(
-        a.ttl.as_ref(),
-        Duration::from_secs(d.ttl_minutes as u64 * 60),
-    );
-    if let Some(v) = &a.ttl
-        && (!ttl.as_secs().is_multiple_of(60) || ttl < Duration::from_secs(60))
-    {
-        c.at(v, "`ttl` is whole minutes, at least 1m");
-        return None;
-    }
+    let ttl = whole_minutes(c, a.ttl.as_ref(), d.ttl_minutes, "ttl")?;
     if !ok {
         return None;
     }
@@ -1398,9 +1433,97 @@ fn anomaly(c: &mut Checker<'_>, raw: &RawOperator) -> Option<AnomalySettings> {
         min_deviation,
         min_delta,
         seasonality,
-        ttl_minutes: (ttl.as_secs() / 60) as i64,
+        ttl_minutes: ttl,
         direction,
     })
+}
+
+/// The settings of a `forecast` operator.
+fn forecast(c: &mut Checker<'_>, raw: &RawOperator, at: &Text) -> Option<ForecastSettings> {
+    let Some(spanned) = &raw.forecast else {
+        c.at(
+            at,
+            "a forecast operator needs `forecast = { threshold = … }`: the value that is \
+             saturation",
+        );
+        return None;
+    };
+    let f = spanned.get_ref();
+    let d = crate::forecast::DEFAULTS;
+    let threshold = match &f.threshold {
+        Some(t) if t.get_ref().is_finite() => *t.get_ref(),
+        Some(t) => {
+            c.at(t, "`threshold` is a finite number");
+            return None;
+        }
+        None => {
+            c.at(
+                spanned,
+                "a forecast needs its `threshold`, the value that is saturation",
+            );
+            return None;
+        }
+    };
+    let mut ok = true;
+    let mut weight = |v: &Option<Spanned<f64>>, default: f64, name: &str| match v {
+        None => default,
+        Some(x) if *x.get_ref() > 0.0 && *x.get_ref() < 1.0 => *x.get_ref(),
+        Some(x) => {
+            c.at(x, format!("`{name}` is between 0 and 1, exclusive"));
+            ok = false;
+            default
+        }
+    };
+    let alpha = weight(&f.alpha, d.alpha, "alpha");
+    let beta = weight(&f.beta, d.beta, "beta");
+    let mut int = |v: &Option<Spanned<i64>>, default: i64, name: &str| match v {
+        None => default,
+        Some(n) if *n.get_ref() >= 1 && *n.get_ref() <= i64::from(u32::MAX) => *n.get_ref(),
+        Some(n) => {
+            c.at(n, format!("`{name}` is a whole number from 1"));
+            ok = false;
+            default
+        }
+    };
+    let warmup = int(&f.warmup, i64::from(d.warmup), "warmup");
+    let min_count = int(&f.min_count, d.min_count as i64, "min_count");
+    let horizon = whole_minutes(c, f.horizon.as_ref(), d.horizon_minutes, "horizon")?;
+    let ttl = whole_minutes(c, f.ttl.as_ref(), d.ttl_minutes, "ttl")?;
+    let direction = match c.opt(f.direction.as_ref()) {
+        None => d.direction,
+        Some(text) => match Crossing::parse(&text) {
+            Some(dir) => dir,
+            None => {
+                c.at(
+                    f.direction.as_ref().expect("given"),
+                    format!("`direction` is \"up\" or \"down\", not {text:?}"),
+                );
+                return None;
+            }
+        },
+    };
+    ok.then_some(ForecastSettings {
+        threshold,
+        horizon_minutes: horizon,
+        alpha,
+        beta,
+        warmup: warmup as u32,
+        min_count: min_count as u64,
+        ttl_minutes: ttl,
+        direction,
+    })
+}
+
+/// A duration of whole minutes, at least one, or `default` minutes when not given.
+fn whole_minutes(c: &mut Checker<'_>, v: Option<&Text>, default: i64, name: &str) -> Option<i64> {
+    let d = c.duration(v, Duration::from_secs(default as u64 * 60));
+    if let Some(v) = v
+        && (!d.as_secs().is_multiple_of(60) || d < Duration::from_secs(60))
+    {
+        c.at(v, format!("`{name}` is whole minutes, at least 1m"));
+        return None;
+    }
+    Some((d.as_secs() / 60) as i64)
 }
 
 fn exchange(c: &mut Checker<'_>, id: &str, raw: &RawOperator, at: &Text) -> Option<ExchangeConfig> {
@@ -1505,7 +1628,7 @@ pub fn resolve_time(pipeline: &mut Pipeline, source: &[StreamSpec]) -> Vec<(Stri
             OperatorKind::Slo(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             OperatorKind::Regression(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             OperatorKind::Edges(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
-            OperatorKind::Anomaly(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
+            OperatorKind::Series(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             _ => continue,
         };
         *ooo = time.out_of_orderness.as_micros() as i64;

@@ -23,15 +23,18 @@
 //! mergeable aggregates and allowed lateness), [`slo::Slo`] (error budgets and burn-rate
 //! alerts per objective, on a window of its own), [`regression::Regression`] (deploys judged
 //! against the version they replace), [`edges::Edges`] (the service map) and
-//! [`anomaly::Anomaly`] (series scored against a robust baseline).
+//! [`series::SeriesOperator`] (per-series minutes judged by a model: anomalies against a
+//! robust baseline, saturation forecasts by a linear trend).
 
 pub mod aggregate;
 pub mod anomaly;
 pub mod codec;
 pub mod config;
 pub mod edges;
+pub mod forecast;
 mod minutes;
 pub mod regression;
+pub mod series;
 pub mod slo;
 pub mod sql;
 pub mod timers;

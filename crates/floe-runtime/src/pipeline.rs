@@ -215,7 +215,7 @@ impl Pipeline {
                 | OperatorKind::Slo(_)
                 | OperatorKind::Regression(_)
                 | OperatorKind::Edges(_)
-                | OperatorKind::Anomaly(_) => {}
+                | OperatorKind::Series(_) => {}
             }
             let Some(op) = self.operators[i].as_mut() else {
                 continue;

@@ -354,13 +354,22 @@ mod tests {
 
     /// A job with a select, an exchange by service and an anomaly operator with `settings`.
     fn anomaly_problems(settings: &str) -> String {
+        series_problems("anomaly", settings)
+    }
+
+    /// The same with a forecast operator.
+    fn forecast_problems(settings: &str) -> String {
+        series_problems("forecast", settings)
+    }
+
+    fn series_problems(kind: &str, settings: &str) -> String {
         let text = format!(
             "{HEAD}{KAFKA}\n\
              [[operators]]\nid = \"requests\"\nkind = \"select\"\ninput = \"spans\"\n\
              columns = [\"ts\", \"service_name\", \"span_name\", \"duration_ns\", \"status_code\", \
              \"CASE WHEN status_code = 'ERROR' THEN 1 ELSE 0 END AS error\", \"kafka_offset\", \"kafka_item\"]\n\
              [[operators]]\nid = \"by_service\"\nkind = \"exchange\"\ninput = \"requests\"\nkey = [\"service_name\"]\n\
-             [[operators]]\nid = \"anomalies\"\nkind = \"anomaly\"\ninput = \"by_service\"\n{settings}"
+             [[operators]]\nid = \"judged\"\nkind = \"{kind}\"\ninput = \"by_service\"\n{settings}"
         );
         match JobConfig::from_toml::<RawSource>(None, &text) {
             Ok(_) => String::new(),
@@ -413,6 +422,38 @@ mod tests {
         assert!(
             elsewhere.contains("`measures` is not a setting of a regression operator"),
             "{elsewhere}"
+        );
+    }
+
+    #[test]
+    fn a_forecast_operator_is_checked_with_its_place() {
+        let base = "key = [\"service_name\"]\nmeasures = { d = \"max(duration_ns)\" }\n";
+        let problems = |settings: &str| forecast_problems(&format!("{base}{settings}"));
+        assert_eq!(problems("forecast = { threshold = 5e8 }\n"), "");
+        assert_eq!(
+            problems(
+                "forecast = { threshold = 10, horizon = \"2h\", alpha = 0.3, beta = 0.1, warmup = 5, direction = \"down\" }\n"
+            ),
+            ""
+        );
+        let missing = problems("");
+        assert!(
+            missing.contains("needs `forecast = { threshold"),
+            "{missing}"
+        );
+        let no_threshold = problems("forecast = { horizon = \"1h\" }\n");
+        assert!(
+            no_threshold.contains(":23:12") && no_threshold.contains("its `threshold`"),
+            "{no_threshold}"
+        );
+        let horizon = problems("forecast = { threshold = 1, horizon = \"30s\" }\n");
+        assert!(horizon.contains("`horizon` is whole minutes"), "{horizon}");
+        let direction = problems("forecast = { threshold = 1, direction = \"both\" }\n");
+        assert!(direction.contains("\"up\" or \"down\""), "{direction}");
+        let misplaced = problems("forecast = { threshold = 1 }\nanomaly = { threshold = 4 }\n");
+        assert!(
+            misplaced.contains("`anomaly` is not a setting of a forecast operator"),
+            "{misplaced}"
         );
     }
 }
