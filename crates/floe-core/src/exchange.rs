@@ -66,6 +66,22 @@ pub const EXCHANGED_BY: &str = "floe.exchanged-by";
 /// exchanged by no key at all.
 pub const ONE_PARTITION: &str = "floe.one-partition";
 
+/// The property of an operator's output whose rows are final per minute of its time column
+/// (the property's value): emitted once, all rows of a minute of a partition in one call, in
+/// an order that does not depend on how input was batched. Such a stream can be exchanged
+/// (ADR 0010): the writing side gives each row the lineage (its minute, its rank in the
+/// minute), the same sequence in every run.
+pub const FINAL_PER_MINUTE: &str = "floe.final-per-minute";
+
+/// The time column of a stream that is final per minute (see [`FINAL_PER_MINUTE`]).
+pub fn final_per_minute(stream: &crate::StreamSpec) -> Option<&str> {
+    stream
+        .properties
+        .iter()
+        .find(|(k, _)| k == FINAL_PER_MINUTE)
+        .map(|(_, v)| v.as_str())
+}
+
 /// Whether every row of `stream` is in one partition (see [`ONE_PARTITION`]).
 pub fn is_one_partition(stream: &crate::StreamSpec) -> bool {
     stream.properties.iter().any(|(k, _)| k == ONE_PARTITION)

@@ -111,6 +111,7 @@ use crate::regression::{DEFAULTS, Regression, RegressionSpec};
 use crate::series::{Model, SeriesOperator, SeriesSpec, parse_measure};
 use crate::slo::{Objective, Sli, Slo, SloSpec};
 use crate::sql::Sql;
+use crate::union::Union;
 use crate::window::{Window, WindowKind, WindowSpec};
 
 /// `[streams.<name>]` as written.
@@ -147,10 +148,13 @@ pub struct RawWindow {
 pub struct RawOperator {
     /// The stable id (Flink's uid): state and watermarks are stored under it.
     pub id: Option<Text>,
-    /// `filter`, `select` or `window`.
+    /// `filter`, `select`, `window`, `exchange`, `slo`, `regression`, `edges`, `anomaly`,
+    /// `forecast` or `union`.
     pub kind: Option<Text>,
     /// The stream it reads.
     pub input: Option<Text>,
+    /// `union`: the streams it reads.
+    pub inputs: Option<Vec<Text>>,
     /// The stream it produces (default: the id).
     pub output: Option<Text>,
     /// `filter`, `select`: the SQL condition rows must meet.
@@ -327,6 +331,8 @@ pub enum OperatorKind {
     Edges(EdgesSpec),
     /// `anomaly` and `forecast`.
     Series(SeriesSpec),
+    /// `union`.
+    Union,
     /// `exchange`: not an operator of the pipeline — its input's rows go to a topic, and the
     /// job's reader reads them back as its output stream (the runtime's `exchange` module).
     Exchange(ExchangeConfig),
@@ -358,8 +364,10 @@ pub struct OperatorConfig {
     pub id: String,
     /// `file:line:col` of its id.
     pub place: String,
-    /// The stream it reads.
+    /// The stream it reads (a union's first input).
     pub input: String,
+    /// Every stream it reads: `input`, or a union's inputs.
+    pub inputs: Vec<String>,
     /// The streams it produces (main first).
     pub outputs: Vec<String>,
     /// What it does.
@@ -387,12 +395,21 @@ impl OperatorConfig {
             OperatorKind::Regression(spec) => Some(spec.fingerprint()),
             OperatorKind::Edges(spec) => Some(spec.fingerprint()),
             OperatorKind::Series(spec) => Some(spec.fingerprint()),
-            OperatorKind::Sql { .. } | OperatorKind::Exchange(_) => None,
+            OperatorKind::Sql { .. } | OperatorKind::Exchange(_) | OperatorKind::Union => None,
         }
     }
 
     /// The operator over `input`; `Err` says why it cannot read it.
     pub fn build(&self, input: &StreamSpec) -> Result<Box<dyn Operator>, String> {
+        self.build_over(std::slice::from_ref(input))
+    }
+
+    /// The operator over its `inputs` (in the order of [`Self::inputs`]).
+    pub fn build_over(&self, inputs: &[StreamSpec]) -> Result<Box<dyn Operator>, String> {
+        if let OperatorKind::Union = self.kind {
+            return Ok(Box::new(Union::new(&self.id, &self.outputs[0], inputs)?));
+        }
+        let input = &inputs[0];
         Ok(match &self.kind {
             OperatorKind::Sql { columns, predicate } => Box::new(Sql::new(
                 &self.id,
@@ -409,6 +426,7 @@ impl OperatorConfig {
             OperatorKind::Exchange(_) => {
                 return Err("an exchange is the reader's, not an operator of the pipeline".into());
             }
+            OperatorKind::Union => unreachable!("built above"),
         })
     }
 
@@ -470,6 +488,7 @@ impl OperatorConfig {
                 micros_text(e.allowed_lateness)
             ),
             OperatorKind::Series(a) => a.describe(),
+            OperatorKind::Union => format!("union of {}", self.inputs.join(", ")),
             OperatorKind::Window(w) => {
                 let shape = match w.kind {
                     WindowKind::Tumbling { size } => format!("tumbling {}", micros_text(size)),
@@ -540,7 +559,7 @@ pub fn check_pipeline(
         Some(streams) => streams.iter().any(|s| s.name == name),
         None => name.contains('.'),
     };
-    let mut operators: Vec<(OperatorConfig, Option<Text>)> = Vec::new();
+    let mut operators: Vec<(OperatorConfig, Vec<Text>)> = Vec::new();
     let mut produced: HashMap<String, usize> = HashMap::new();
     let mut ids = BTreeSet::new();
     for spanned in raw_operators {
@@ -567,17 +586,47 @@ pub fn check_pipeline(
                 id_value,
                 format!(
                     "operator {id} needs a `kind`: filter, select, window, exchange, slo, \
-                     regression, edges, anomaly or forecast"
+                     regression, edges, anomaly, forecast or union"
                 ),
             );
             continue;
         };
         let kind_name = c.text(kind_value);
-        let Some(input_value) = &raw.input else {
-            c.at(id_value, format!("operator {id} needs an `input` stream"));
-            continue;
+        let input_values: Vec<Text> = match (&raw.input, &raw.inputs) {
+            (Some(_), Some(_)) => {
+                c.at(
+                    id_value,
+                    format!("operator {id} has both `input` and `inputs`"),
+                );
+                continue;
+            }
+            (Some(one), None) if kind_name != "union" => vec![one.clone()],
+            (None, Some(many)) if kind_name == "union" && many.len() >= 2 => many.clone(),
+            _ if kind_name == "union" => {
+                c.at(
+                    id_value,
+                    format!("union {id} needs `inputs`: two or more streams"),
+                );
+                continue;
+            }
+            _ => {
+                c.at(id_value, format!("operator {id} needs an `input` stream"));
+                continue;
+            }
         };
-        let input = c.text(input_value);
+        let inputs: Vec<String> = input_values.iter().map(|v| c.text(v)).collect();
+        if let Some(twice) = input_values
+            .iter()
+            .enumerate()
+            .find(|(i, v)| inputs[..*i].contains(v.get_ref()))
+            .map(|(_, v)| v)
+        {
+            c.at(
+                twice,
+                format!("union {id} reads stream {} twice", twice.get_ref()),
+            );
+        }
+        let input = inputs[0].clone();
         let output = c.opt(raw.output.as_ref()).unwrap_or_else(|| id.clone());
         let article = if kind_name.starts_with(['a', 'e', 'i', 'o', 'u']) {
             "an"
@@ -753,6 +802,17 @@ pub fn check_pipeline(
                     output: output.clone(),
                 })
             }
+            "union" => {
+                not_for(c, "where", raw.predicate.is_some());
+                not_for(c, "columns", raw.columns.is_some());
+                not_for(c, "window", raw.window.is_some());
+                not_for(c, "key", raw.key.is_some());
+                not_for(c, "aggregates", !raw.aggregates.is_empty());
+                not_for(c, "allowed_lateness", raw.allowed_lateness.is_some());
+                not_for(c, "late_output", raw.late_output.is_some());
+                not_for(c, "time_column", raw.time_column.is_some());
+                OperatorKind::Union
+            }
             "anomaly" | "forecast" => {
                 not_for(c, "where", raw.predicate.is_some());
                 not_for(c, "columns", raw.columns.is_some());
@@ -814,7 +874,7 @@ pub fn check_pipeline(
                     kind_value,
                     format!(
                         "there is no operator kind {other:?}; use filter, select, window, \
-                         exchange, slo, regression, edges, anomaly or forecast"
+                         exchange, slo, regression, edges, anomaly, forecast or union"
                     ),
                 );
                 continue;
@@ -847,26 +907,27 @@ pub fn check_pipeline(
                 id,
                 place,
                 input,
+                inputs,
                 outputs,
                 kind,
             },
-            Some(input_value.clone()),
+            input_values,
         ));
     }
     // Every input exists, and no operator feeds itself.
-    for (op, input_value) in &operators {
-        if !is_source(&op.input)
-            && !produced.contains_key(&op.input)
-            && let Some(v) = input_value
-        {
+    for (op, input_values) in &operators {
+        for (input, v) in op.inputs.iter().zip(input_values) {
+            if is_source(input) || produced.contains_key(input) {
+                continue;
+            }
             let known: Vec<String> = source
                 .map(|s| s.iter().map(|s| s.name.clone()).collect())
                 .unwrap_or_default();
             c.at(
                 v,
                 format!(
-                    "operator {} reads stream {}, which nothing produces (the source's streams: {known:?})",
-                    op.id, op.input
+                    "operator {} reads stream {input}, which nothing produces (the source's streams: {known:?})",
+                    op.id
                 ),
             );
         }
@@ -878,7 +939,7 @@ pub fn check_pipeline(
         Ok(order) => order,
         Err(cycle) => {
             let (_, at) = &operators[cycle[0]];
-            if let Some(at) = at {
+            if let Some(at) = at.first() {
                 let ids: Vec<&str> = cycle.iter().map(|i| operators[*i].0.id.as_str()).collect();
                 c.at(
                     at,
@@ -1097,8 +1158,10 @@ fn topological(
         }
         marks[i] = 1;
         path.push(i);
-        if let Some(&producer) = produced.get(&operators[i].input) {
-            visit(producer, operators, produced, marks, path, order)?;
+        for input in &operators[i].inputs {
+            if let Some(&producer) = produced.get(input) {
+                visit(producer, operators, produced, marks, path, order)?;
+            }
         }
         path.pop();
         marks[i] = 2;
@@ -1224,7 +1287,9 @@ pub fn exchange_output(op: &OperatorConfig, input: &StreamSpec) -> Result<Stream
             input.name
         ));
     }
-    if floe_core::exchange::is_exchanged(input) {
+    let derived = floe_core::exchange::final_per_minute(input).is_some()
+        || !crate::union::final_streams(input).is_empty();
+    if floe_core::exchange::is_exchanged(input) && !derived {
         return Err(format!(
             "stream {} is read back from an exchange: exchange the stream it came from by the \
              new key instead",
@@ -1235,6 +1300,12 @@ pub fn exchange_output(op: &OperatorConfig, input: &StreamSpec) -> Result<Stream
         .schema
         .as_ref()
         .ok_or_else(|| format!("the columns of stream {} are not known", input.name))?;
+    // Rows final per minute get their lineage from the writing side (ADR 0010).
+    let schema = if derived {
+        &with_lineage_columns(schema)?
+    } else {
+        schema
+    };
     for column in EXCHANGE_LINEAGE {
         if schema.field_by_name(column).is_none() {
             return Err(format!(
@@ -1254,6 +1325,7 @@ pub fn exchange_output(op: &OperatorConfig, input: &StreamSpec) -> Result<Stream
     Ok(StreamSpec {
         table: name.clone(),
         name,
+        schema: Some(schema.clone()),
         properties: vec![
             (
                 floe_core::exchange::EXCHANGED_FROM.to_string(),
@@ -1266,6 +1338,33 @@ pub fn exchange_output(op: &OperatorConfig, input: &StreamSpec) -> Result<Stream
         ],
         ..input.clone()
     })
+}
+
+/// `schema` with the lineage columns an exchange needs (`kafka_offset` long, `kafka_item`
+/// int) added where it lacks them.
+pub fn with_lineage_columns(
+    schema: &iceberg::spec::Schema,
+) -> Result<iceberg::spec::Schema, String> {
+    use iceberg::spec::{NestedField, PrimitiveType, Type};
+    let mut fields: Vec<_> = schema.as_struct().fields().to_vec();
+    let mut next = schema.highest_field_id() + 1;
+    for (column, ty) in EXCHANGE_LINEAGE
+        .into_iter()
+        .zip([PrimitiveType::Long, PrimitiveType::Int])
+    {
+        if schema.field_by_name(column).is_none() {
+            fields.push(std::sync::Arc::new(NestedField::optional(
+                next,
+                column,
+                Type::Primitive(ty),
+            )));
+            next += 1;
+        }
+    }
+    iceberg::spec::Schema::builder()
+        .with_fields(fields)
+        .build()
+        .map_err(|e| e.to_string())
 }
 
 /// The comparison settings of a `regression` operator (columns and streams left empty).
@@ -1603,7 +1702,10 @@ pub fn resolve_time(pipeline: &mut Pipeline, source: &[StreamSpec]) -> Vec<(Stri
             }
             let producer = pipeline.operators.iter().find(|o| {
                 o.outputs.contains(&name)
-                    && matches!(o.kind, OperatorKind::Sql { .. } | OperatorKind::Exchange(_))
+                    && matches!(
+                        o.kind,
+                        OperatorKind::Sql { .. } | OperatorKind::Exchange(_) | OperatorKind::Union
+                    )
             });
             match producer {
                 Some(p) if seen < 64 => {

@@ -24,7 +24,8 @@
 //! alerts per objective, on a window of its own), [`regression::Regression`] (deploys judged
 //! against the version they replace), [`edges::Edges`] (the service map) and
 //! [`series::SeriesOperator`] (per-series minutes judged by a model: anomalies against a
-//! robust baseline, saturation forecasts by a linear trend).
+//! robust baseline, saturation forecasts by a linear trend), and [`union::Union`] (several
+//! streams as one, the only operator with several inputs).
 
 pub mod aggregate;
 pub mod anomaly;
@@ -38,6 +39,7 @@ pub mod series;
 pub mod slo;
 pub mod sql;
 pub mod timers;
+pub mod union;
 pub mod window;
 
 use std::ops::ControlFlow;
@@ -255,6 +257,16 @@ pub trait Operator: Send {
 
     /// Rows of its input.
     fn on_batch(&mut self, input: &StreamBatch, ctx: &mut Context<'_>) -> OpResult<()>;
+
+    /// Rows of its input number `index` (an operator with several inputs, `inputs = [...]`).
+    fn on_batch_of(
+        &mut self,
+        _index: usize,
+        input: &StreamBatch,
+        ctx: &mut Context<'_>,
+    ) -> OpResult<()> {
+        self.on_batch(input, ctx)
+    }
 
     /// The input stream's columns changed (a change stream gained one): `outputs` may change
     /// too. `Err` says why the operator cannot read the stream any more.

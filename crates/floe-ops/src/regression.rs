@@ -408,7 +408,10 @@ impl Regression {
                 partition: vec![("decided_at".into(), iceberg::spec::Transform::Day)],
                 bloom_filter_columns: Vec::new(),
                 plain_columns: Vec::new(),
-                properties: Vec::new(),
+                properties: vec![(
+                    floe_core::exchange::FINAL_PER_MINUTE.to_string(),
+                    "decided_at".to_string(),
+                )],
             },
             late_stream(input, &arrow, &spec.late_output)?,
         ];

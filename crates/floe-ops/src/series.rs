@@ -615,7 +615,10 @@ impl SeriesOperator {
                 partition: vec![("window_start".into(), iceberg::spec::Transform::Day)],
                 bloom_filter_columns: Vec::new(),
                 plain_columns: Vec::new(),
-                properties: Vec::new(),
+                properties: vec![(
+                    floe_core::exchange::FINAL_PER_MINUTE.to_string(),
+                    "window_start".to_string(),
+                )],
             })
         };
         let outputs = vec![

@@ -340,7 +340,10 @@ impl Slo {
                 partition: vec![("window_start".into(), iceberg::spec::Transform::Day)],
                 bloom_filter_columns: Vec::new(),
                 plain_columns: Vec::new(),
-                properties: Vec::new(),
+                properties: vec![(
+                    floe_core::exchange::FINAL_PER_MINUTE.to_string(),
+                    "window_start".to_string(),
+                )],
             },
             late_stream,
         ];

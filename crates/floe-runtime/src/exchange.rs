@@ -34,7 +34,7 @@
 //! has no clock: a source topic partition that never carries a row of the stream holds the
 //! windows behind the exchange.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Cursor;
 use std::sync::Arc;
 
@@ -71,6 +71,12 @@ pub struct Exchange {
     pub key: Vec<String>,
     /// The input's event-time column, by which rows carry their source's clock.
     pub time_column: Option<String>,
+    /// Whether the input is a union: each of its streams is a source of its own (rows of
+    /// two streams from one source partition would break each other's lineage order).
+    pub union: bool,
+    /// The input's streams whose rows are final per minute (`""`: the input itself) and the
+    /// column of their minute: the writing side gives them their lineage (ADR 0010).
+    pub finals: (BTreeSet<String>, Option<String>),
 }
 
 /// The exchanges of `job`'s pipeline over the source's `known` streams (topic default
@@ -86,6 +92,18 @@ pub fn exchanges(job: &str, pipeline: &Pipeline, known: &[StreamSpec]) -> Vec<Ex
             };
             let output = specs.iter().find(|s| s.name == op.outputs[0])?.clone();
             let time_column = output.time_column.clone();
+            let union = pipeline
+                .operators
+                .iter()
+                .any(|p| p.outputs.contains(&op.input) && matches!(p.kind, OperatorKind::Union));
+            let input = specs.iter().find(|s| s.name == op.input)?;
+            let finals = match floe_core::exchange::final_per_minute(input) {
+                Some(column) => (BTreeSet::from([String::new()]), Some(column.to_string())),
+                None => (
+                    floe_ops::union::final_streams(input).into_iter().collect(),
+                    input.time_column.clone(),
+                ),
+            };
             Some(Exchange {
                 id: op.id.clone(),
                 input: op.input.clone(),
@@ -99,6 +117,8 @@ pub fn exchanges(job: &str, pipeline: &Pipeline, known: &[StreamSpec]) -> Vec<Ex
                 replication: x.replication,
                 key: x.key.clone(),
                 time_column,
+                union,
+                finals,
             })
         })
         .collect()
@@ -136,6 +156,94 @@ fn partitions_of(batch: &RecordBatch, key: &[String], partitions: i32) -> Result
         .into_iter()
         .map(|h| (h % partitions as u64) as u32)
         .collect())
+}
+
+/// Rows final per minute (of `column`) with their lineage: sorted by minute (stably: a
+/// minute's rows keep the operator's order), `kafka_offset` the minute and `kafka_item` the
+/// rank within it, continuing after `last` (the lineage given last for their source). A row
+/// of a minute before `last`'s means the operator broke its contract.
+fn with_minute_lineage(
+    rows: &RecordBatch,
+    column: &str,
+    last: Option<(i64, i32)>,
+) -> Result<(RecordBatch, Option<(i64, i32)>), String> {
+    use arrow_array::{Int32Array, Int64Array};
+    const MINUTE: i64 = 60_000_000;
+    let times = floe_ops::window::event_times(rows, column)?;
+    let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
+    order.sort_by_key(|r| times[*r as usize].map(|t| t.div_euclid(MINUTE)));
+    let rows = arrow_select::take::take_record_batch(rows, &UInt32Array::from(order.clone()))
+        .map_err(|e| e.to_string())?;
+    let mut given = last;
+    let (mut offsets, mut items) = (Vec::new(), Vec::new());
+    for r in order {
+        let minute = times[r as usize]
+            .ok_or_else(|| format!("a row final per minute without its {column}"))?
+            .div_euclid(MINUTE);
+        let next = match given {
+            Some((m, i)) if m == minute => (m, i + 1),
+            Some((m, _)) if m > minute => {
+                return Err(format!(
+                    "rows of minute {minute} after rows of minute {m}: not final per minute"
+                ));
+            }
+            _ => (minute, 0),
+        };
+        offsets.push(next.0);
+        items.push(next.1);
+        given = Some(next);
+    }
+    let schema = rows.schema();
+    let mut fields: Vec<arrow_schema::FieldRef> = Vec::new();
+    let mut columns = Vec::new();
+    for (field, column) in schema.fields().iter().zip(rows.columns()) {
+        if !EXCHANGE_LINEAGE.contains(&field.name().as_str()) {
+            fields.push(field.clone());
+            columns.push(column.clone());
+        }
+    }
+    fields.push(Arc::new(arrow_schema::Field::new(
+        EXCHANGE_LINEAGE[0],
+        arrow_schema::DataType::Int64,
+        true,
+    )));
+    columns.push(Arc::new(Int64Array::from(offsets)));
+    fields.push(Arc::new(arrow_schema::Field::new(
+        EXCHANGE_LINEAGE[1],
+        arrow_schema::DataType::Int32,
+        true,
+    )));
+    columns.push(Arc::new(Int32Array::from(items)));
+    let rows = RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns)
+        .map_err(|e| e.to_string())?;
+    Ok((rows, given))
+}
+
+/// The rows of each stream of a union's `rows` (by its stream column), in order.
+fn by_stream(rows: &RecordBatch) -> Result<Vec<(String, RecordBatch)>, String> {
+    let streams = rows
+        .column_by_name(floe_ops::union::STREAM_COLUMN)
+        .ok_or("a union's rows without their stream column")?;
+    let streams = streams.as_string::<i32>();
+    let mut groups: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for row in 0..rows.num_rows() {
+        groups
+            .entry(streams.value(row))
+            .or_default()
+            .push(row as u32);
+    }
+    if groups.len() == 1 {
+        let (stream, _) = groups.into_iter().next().expect("one");
+        return Ok(vec![(stream.to_string(), rows.clone())]);
+    }
+    groups
+        .into_iter()
+        .map(|(stream, indices)| {
+            arrow_select::take::take_record_batch(rows, &UInt32Array::from(indices))
+                .map(|b| (stream.to_string(), b))
+                .map_err(|e| e.to_string())
+        })
+        .collect()
 }
 
 /// The most bytes an exchange record should hold: well under Kafka's default message limit
@@ -218,6 +326,9 @@ pub struct Outbound {
     /// The clocks sent last: an unchanged clock is not sent again (an idle job sends
     /// nothing, so it commits nothing).
     sent: BTreeMap<(String, String), i64>,
+    /// Per (exchange, source) of rows final per minute: the lineage given last. A minute's
+    /// rows come in one call, so a checkpoint never splits them: nothing to commit.
+    given: HashMap<(String, String), (i64, i32)>,
 }
 
 impl std::fmt::Debug for Outbound {
@@ -242,6 +353,7 @@ impl Outbound {
             clocks: BTreeMap::new(),
             source_partitions,
             sent: BTreeMap::new(),
+            given: HashMap::new(),
         }
     }
 
@@ -249,6 +361,7 @@ impl Outbound {
     pub(crate) fn restore(&mut self, committed: Option<&Positions>) {
         self.clocks.clear();
         self.sent.clear();
+        self.given.clear();
         for (key, value) in committed.into_iter().flatten() {
             if let (Some((source, id)), Ok(clock)) = (key.split_once(CLOCK), value.parse())
                 && self.exchanges.contains_key(id)
@@ -263,7 +376,7 @@ impl Outbound {
     pub(crate) fn positions(&self, held: &std::collections::BTreeSet<String>) -> Positions {
         self.clocks
             .iter()
-            .filter(|((_, source), _)| held.contains(source))
+            .filter(|((_, source), _)| held.contains(untagged(source)))
             .map(|((id, source), clock)| (format!("{source}{CLOCK}{id}"), clock.to_string()))
             .collect()
     }
@@ -276,12 +389,12 @@ impl Outbound {
     ) -> Result<(), SourceError> {
         for ((id, source), clock) in &self.clocks {
             let at = (id.clone(), source.clone());
-            if !held.contains(source) || self.sent.get(&at) == Some(clock) {
+            if !held.contains(untagged(source)) || self.sent.get(&at) == Some(clock) {
                 continue;
             }
             let (Some(&count), Some(x)) = (
                 self.source_partitions
-                    .get(topic_of(source))
+                    .get(topic_of(untagged(source)))
                     .filter(|n| **n > 0),
                 self.exchanges.get(id),
             ) else {
@@ -312,8 +425,31 @@ impl Outbound {
             .get(id)
             .ok_or_else(|| format!("no exchange {id}"))?;
         let mut records = Vec::new();
+        let mut slices = Vec::new();
         for (partition, rows) in batch.slices() {
             let source = names(partition);
+            if x.union {
+                for (stream, rows) in by_stream(&rows)? {
+                    let derived = x.finals.0.contains(&stream);
+                    slices.push((tagged(&source, &stream), rows, derived));
+                }
+            } else {
+                slices.push((source, rows, x.finals.0.contains("")));
+            }
+        }
+        for (source, rows, derived) in slices {
+            let rows = match (&x.finals.1, derived) {
+                (Some(column), true) => {
+                    let at = (id.to_string(), source.clone());
+                    let (rows, last) =
+                        with_minute_lineage(&rows, column, self.given.get(&at).copied())?;
+                    if let Some(last) = last {
+                        self.given.insert(at, last);
+                    }
+                    rows
+                }
+                _ => rows,
+            };
             let rows = match &x.time_column {
                 Some(column) => {
                     let at = (id.to_string(), source.clone());
@@ -373,6 +509,36 @@ impl Outbound {
     /// The checkpoint was dropped: its records are no longer waited for.
     pub(crate) fn forget(&self) {
         self.producer.forget();
+    }
+}
+
+/// The source name of a union's `stream` rows from source partition `source`
+/// (`topic/p` → `topic/p#stream`): a source of its own, with the partitions of `topic`. Its
+/// position entries still belong to `topic/p` (`floe_core::partition_of_entry`), so they
+/// move, and are fenced, with the partition.
+fn tagged(source: &str, stream: &str) -> String {
+    format!("{source}#{stream}")
+}
+
+/// The source partition a (possibly [`tagged`]) source name is of.
+fn untagged(source: &str) -> &str {
+    floe_core::partition_of_entry(source)
+}
+
+/// The group of sources a clock waits for all of: a topic's partitions (`topic`), or one
+/// stream's of them (`topic#stream`).
+fn source_group(source: &str) -> String {
+    match source.split_once('#') {
+        Some((partition, stream)) => format!("{}#{stream}", topic_of(partition)),
+        None => topic_of(source).to_string(),
+    }
+}
+
+/// Source `p` of a [`source_group`].
+fn group_source(group: &str, p: i32) -> String {
+    match group.split_once('#') {
+        Some((topic, stream)) => format!("{}#{stream}", floe_core::position_key(topic, p)),
+        None => floe_core::position_key(group, p),
     }
 }
 
@@ -481,17 +647,13 @@ impl<F: Format> ExchangeFormat<F> {
     /// of the source topics heard of; `None` until each has been heard.
     fn clock(&self, topic: &str, partition: i32) -> Option<i64> {
         let mut clock = None;
-        for ((_, source_topic), count) in self
+        for ((_, group), count) in self
             .sources
             .iter()
             .filter(|((exchange, _), _)| exchange == topic)
         {
             for p in 0..*count {
-                let at = (
-                    topic.to_string(),
-                    partition,
-                    floe_core::position_key(source_topic, p),
-                );
+                let at = (topic.to_string(), partition, group_source(group, p));
                 let heard = *self.heard.get(&at)?;
                 clock = Some(clock.map_or(heard, |c: i64| c.min(heard)));
             }
@@ -509,7 +671,7 @@ impl<F: Format> ExchangeFormat<F> {
         if let Some((clock, count)) = decode_clock(&record.payload) {
             let known = self
                 .sources
-                .entry((record.topic.to_string(), topic_of(&source).to_string()))
+                .entry((record.topic.to_string(), source_group(&source)))
                 .or_insert(count);
             *known = (*known).max(count);
             self.hear(index, record, &source, clock);
@@ -639,7 +801,7 @@ impl<F: Format> Format for ExchangeFormat<F> {
             // the same sources: `clock/partitions`.
             let count = self
                 .sources
-                .get(&(topic.clone(), topic_of(source).to_string()))
+                .get(&(topic.clone(), source_group(source)))
                 .map_or(String::new(), |n| format!("/{n}"));
             positions.insert(
                 format!(
@@ -678,7 +840,7 @@ impl<F: Format> Format for ExchangeFormat<F> {
                 if let Ok(count) = count.parse::<i32>() {
                     let known = self
                         .sources
-                        .entry((topic.to_string(), topic_of(source).to_string()))
+                        .entry((topic.to_string(), source_group(source)))
                         .or_insert(count);
                     *known = (*known).max(count);
                 }
@@ -758,7 +920,107 @@ mod tests {
             replication: -1,
             key: vec!["service_name".into()],
             time_column: None,
+            union: false,
+            finals: (BTreeSet::new(), None),
         }
+    }
+
+    #[test]
+    fn rows_final_per_minute_get_their_minute_and_rank_as_lineage() {
+        const M: i64 = 60_000_000;
+        let rows = |minutes: &[i64], names: &[&str]| {
+            RecordBatch::try_from_iter([
+                (
+                    "window_start",
+                    Arc::new(Int64Array::from(
+                        minutes.iter().map(|m| m * M).collect::<Vec<_>>(),
+                    )) as arrow_array::ArrayRef,
+                ),
+                ("name", Arc::new(StringArray::from(names.to_vec()))),
+            ])
+            .unwrap()
+        };
+        let lineage = |b: &RecordBatch| -> Vec<(i64, i32, String)> {
+            let offsets = b
+                .column_by_name("kafka_offset")
+                .unwrap()
+                .as_primitive::<Int64Type>();
+            let items = b
+                .column_by_name("kafka_item")
+                .unwrap()
+                .as_primitive::<Int32Type>();
+            let names = b.column_by_name("name").unwrap().as_string::<i32>();
+            (0..b.num_rows())
+                .map(|r| (offsets.value(r), items.value(r), names.value(r).to_string()))
+                .collect()
+        };
+        // Two minutes in one call, a series' minutes together: sorted by minute, stably.
+        let (b, last) = with_minute_lineage(
+            &rows(&[7, 8, 7, 8], &["a", "a", "b", "b"]),
+            "window_start",
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            lineage(&b),
+            [
+                (7, 0, "a".into()),
+                (7, 1, "b".into()),
+                (8, 0, "a".into()),
+                (8, 1, "b".into())
+            ]
+        );
+        // The same minutes one call each give the same sequence.
+        let (b7, last7) =
+            with_minute_lineage(&rows(&[7, 7], &["a", "b"]), "window_start", None).unwrap();
+        let (b8, last8) =
+            with_minute_lineage(&rows(&[8, 8], &["a", "b"]), "window_start", last7).unwrap();
+        assert_eq!([lineage(&b7), lineage(&b8)].concat(), lineage(&b));
+        assert_eq!(last8, last);
+        // A minute after a later one breaks the contract.
+        let e = with_minute_lineage(&rows(&[7], &["c"]), "window_start", last).unwrap_err();
+        assert!(e.contains("not final per minute"), "{e}");
+    }
+
+    #[test]
+    fn each_stream_of_a_union_is_a_source_of_its_own() {
+        assert_eq!(tagged("otlp_spans/3", "errors"), "otlp_spans/3#errors");
+        assert_eq!(untagged("otlp_spans/3#errors"), "otlp_spans/3");
+        assert_eq!(untagged("otlp_spans/3"), "otlp_spans/3");
+        assert_eq!(source_group("otlp_spans/3#errors"), "otlp_spans#errors");
+        assert_eq!(source_group("otlp_spans/3"), "otlp_spans");
+        assert_eq!(group_source("otlp_spans#errors", 3), "otlp_spans/3#errors");
+        assert_eq!(group_source("otlp_spans", 3), "otlp_spans/3");
+        // The writer's clock entries belong to the source partition, for fencing.
+        assert_eq!(
+            floe_core::partition_of_entry("otlp_spans/3#errors#clock:x"),
+            "otlp_spans/3"
+        );
+        let x = Exchange {
+            union: true,
+            ..exchange(1)
+        };
+        let mut outbound = Outbound::new(Arc::new(Discard), vec![x], HashMap::new());
+        let rows = RecordBatch::try_from_iter([
+            (
+                "service_name",
+                Arc::new(arrow_array::StringArray::from(vec!["a", "b", "c"]))
+                    as arrow_array::ArrayRef,
+            ),
+            (
+                floe_ops::union::STREAM_COLUMN,
+                Arc::new(arrow_array::StringArray::from(vec![
+                    "logs", "requests", "logs",
+                ])),
+            ),
+        ])
+        .unwrap();
+        let names = |p: u32| format!("spans/{p}");
+        let records = outbound
+            .records("x", &StreamBatch::single(0, rows, 2), &names)
+            .unwrap();
+        let sources: Vec<&str> = records.iter().map(|(_, s, _)| s.as_str()).collect();
+        assert_eq!(sources, ["spans/2#logs", "spans/2#requests"]);
     }
 
     /// A producer that keeps nothing: `records` is what is under test.

@@ -474,12 +474,17 @@ pub fn derive_streams(
     let mut specs: Vec<StreamSpec> = known.to_vec();
     let mut problems = Vec::new();
     for op in &pipeline.operators {
-        let Some(input) = specs.iter().find(|s| s.name == op.input).cloned() else {
+        let Some(inputs) = op
+            .inputs
+            .iter()
+            .map(|name| specs.iter().find(|s| &s.name == name).cloned())
+            .collect::<Option<Vec<StreamSpec>>>()
+        else {
             continue;
         };
         let built = match &op.kind {
-            OperatorKind::Exchange(_) => exchange_output(op, &input).map(|out| vec![out]),
-            _ => op.build(&input).map(|built| built.outputs().to_vec()),
+            OperatorKind::Exchange(_) => exchange_output(op, &inputs[0]).map(|out| vec![out]),
+            _ => op.build_over(&inputs).map(|built| built.outputs().to_vec()),
         };
         match built {
             Ok(outputs) => specs.extend(outputs),

@@ -48,10 +48,10 @@ pub(crate) struct Routed {
 pub(crate) struct Pipeline {
     configs: Vec<OperatorConfig>,
     operators: Vec<Option<Box<dyn Operator>>>,
-    /// The input columns each built operator was last told of.
-    inputs: Vec<Option<iceberg::spec::Schema>>,
-    /// Stream → the operators reading it.
-    consumers: HashMap<String, Vec<usize>>,
+    /// The input columns each built operator was last told of (a union's: each input's).
+    inputs: Vec<Option<Vec<iceberg::spec::Schema>>>,
+    /// Stream → the operators reading it, and which of their inputs it is.
+    consumers: HashMap<String, Vec<(usize, usize)>>,
     /// Stream → the exchanges reading it (their rows go to a topic, not to an operator).
     exchanges: HashMap<String, Vec<String>>,
     state: Option<StateStore>,
@@ -68,7 +68,7 @@ impl std::fmt::Debug for Pipeline {
 impl Pipeline {
     /// The operators of a job file (producers first); `state` holds the stateful ones' state.
     pub(crate) fn new(configs: Vec<OperatorConfig>, state: Option<StateStore>) -> Self {
-        let mut consumers: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut consumers: HashMap<String, Vec<(usize, usize)>> = HashMap::new();
         let mut exchanges: HashMap<String, Vec<String>> = HashMap::new();
         for (i, c) in configs.iter().enumerate() {
             if matches!(c.kind, OperatorKind::Exchange(_)) {
@@ -77,7 +77,9 @@ impl Pipeline {
                     .or_default()
                     .push(c.id.clone());
             } else {
-                consumers.entry(c.input.clone()).or_default().push(i);
+                for (k, input) in c.inputs.iter().enumerate() {
+                    consumers.entry(input.clone()).or_default().push((i, k));
+                }
             }
         }
         Self {
@@ -103,20 +105,28 @@ impl Pipeline {
                 // Its output is a stream of the reader (read back from the topic).
                 continue;
             }
-            let Some(input) = specs.get(&config.input).cloned() else {
+            let Some(inputs) = config
+                .inputs
+                .iter()
+                .map(|name| specs.get(name).cloned())
+                .collect::<Option<Vec<StreamSpec>>>()
+            else {
                 continue;
             };
+            let schemas: Vec<iceberg::spec::Schema> =
+                inputs.iter().filter_map(|s| s.schema.clone()).collect();
             let failed =
                 |e: String| invalid(format!("{}: operator {}: {e}", config.place, config.id));
             match &mut self.operators[i] {
-                Some(op) => {
-                    if self.inputs[i].as_ref() != input.schema.as_ref() {
-                        op.on_input(&input).map_err(failed)?;
-                    }
+                Some(_) if self.inputs[i].as_ref() == Some(&schemas) => {}
+                // A union holds nothing: it is built again over the new columns.
+                Some(_) if matches!(config.kind, OperatorKind::Union) => {
+                    self.operators[i] = Some(config.build_over(&inputs).map_err(failed)?);
                 }
-                None => self.operators[i] = Some(config.build(&input).map_err(failed)?),
+                Some(op) => op.on_input(&inputs[0]).map_err(failed)?,
+                None => self.operators[i] = Some(config.build_over(&inputs).map_err(failed)?),
             }
-            self.inputs[i] = input.schema.clone();
+            self.inputs[i] = Some(schemas);
             if let Some(op) = &self.operators[i] {
                 for out in op.outputs() {
                     specs.insert(out.name.clone(), out.clone());
@@ -144,7 +154,7 @@ impl Pipeline {
         out: &mut Routed,
     ) -> LakeResult<()> {
         let consumers = self.consumers.get(stream).cloned().unwrap_or_default();
-        for i in consumers {
+        for (i, k) in consumers {
             let Some(op) = self.operators[i].as_mut() else {
                 return Err(invalid(format!(
                     "operator {} got rows before its input's columns were known",
@@ -152,7 +162,7 @@ impl Pipeline {
                 )));
             };
             let mut ctx = Context::new(self.state.as_mut(), i as u16, names);
-            op.on_batch(&batch, &mut ctx).map_err(op_error)?;
+            op.on_batch_of(k, &batch, &mut ctx).map_err(op_error)?;
             let done = ctx.finish();
             self.drain(i, done, names, out)?;
         }
@@ -200,9 +210,9 @@ impl Pipeline {
         out: &mut Routed,
     ) -> LakeResult<()> {
         let consumers = self.consumers.get(stream).cloned().unwrap_or_default();
-        for i in consumers {
+        for (i, _) in consumers {
             match self.configs[i].kind {
-                OperatorKind::Sql { .. } => {
+                OperatorKind::Sql { .. } | OperatorKind::Union => {
                     let outputs = self.configs[i].outputs.clone();
                     for o in outputs {
                         self.clock(&o, partition, max_time, names, out)?;
@@ -233,7 +243,7 @@ impl Pipeline {
     pub(crate) fn truncate(&mut self, stream: &str, out: &mut Routed) {
         out.truncates.push(stream.to_string());
         let consumers = self.consumers.get(stream).cloned().unwrap_or_default();
-        for i in consumers {
+        for (i, _) in consumers {
             if !self.configs[i].stateful() {
                 let outputs = self.configs[i].outputs.clone();
                 for o in outputs {

@@ -390,6 +390,7 @@ mod tests {
             id: "big".into(),
             place: "job.toml:1:1".into(),
             input: "s".into(),
+            inputs: vec!["s".into()],
             outputs: vec!["big".into()],
             kind: OperatorKind::Sql {
                 columns: None,

@@ -75,7 +75,7 @@ fn stream_line(config: &JobConfig, stream: &str, table: &str, indent: &str, out:
         .pipeline
         .operators
         .iter()
-        .filter(|o| o.input == stream)
+        .filter(|o| o.inputs.iter().any(|i| i == stream))
         .collect();
     for (i, op) in readers.iter().enumerate() {
         let last = i + 1 == readers.len();
@@ -85,6 +85,10 @@ fn stream_line(config: &JobConfig, stream: &str, table: &str, indent: &str, out:
             op.id,
             op.describe()
         ));
+        if op.input != stream {
+            // A union's outputs are drawn once, under its first input.
+            continue;
+        }
         let child = format!("{indent}  {}  ", if last { " " } else { "│" });
         for (j, output) in op.outputs.iter().enumerate() {
             let last_output = j + 1 == op.outputs.len();

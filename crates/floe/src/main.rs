@@ -265,6 +265,10 @@ async fn run(
                             floe_kafka::exchange::topic_partitions(&settings, topic).await?;
                         source_partitions.insert(topic.clone(), count);
                     }
+                    // Rows derived behind one exchange may go through another (ADR 0010).
+                    for x in &exchanges {
+                        source_partitions.insert(x.topic.clone(), x.partitions);
+                    }
                     let producer = Arc::new(KafkaExchange::connect(&settings)?);
                     let kafka = KafkaSource::connect(&settings)?;
                     let format = ExchangeFormat::new(format, &exchanges);

@@ -456,4 +456,45 @@ mod tests {
             "{misplaced}"
         );
     }
+
+    /// A job with two selects of the spans and `union`.
+    fn union_problems(union: &str) -> String {
+        let text = format!(
+            "{HEAD}{KAFKA}\n\
+             [[operators]]\nid = \"failed\"\nkind = \"select\"\ninput = \"spans\"\n\
+             columns = [\"ts\", \"service_name\", \"kafka_offset\", \"kafka_item\"]\n\
+             [[operators]]\nid = \"slow\"\nkind = \"select\"\ninput = \"spans\"\n\
+             columns = [\"ts\", \"service_name\", \"duration_ns\", \"kafka_offset\", \"kafka_item\"]\n\
+             [[operators]]\nid = \"notable\"\nkind = \"union\"\n{union}"
+        );
+        match JobConfig::from_toml::<RawSource>(None, &text) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_union_is_checked_with_its_place() {
+        assert_eq!(union_problems("inputs = [\"failed\", \"slow\"]\n"), "");
+        let one = union_problems("input = \"failed\"\n");
+        assert!(one.contains("needs `inputs`: two or more"), "{one}");
+        let twice = union_problems("inputs = [\"failed\", \"failed\"]\n");
+        assert!(twice.contains("reads stream failed twice"), "{twice}");
+        let unknown = union_problems("inputs = [\"failed\", \"nope\"]\n");
+        assert!(
+            unknown.contains("reads stream nope, which nothing produces"),
+            "{unknown}"
+        );
+        let types = union_problems(
+            "inputs = [\"failed\", \"renamed\"]\n\
+             [[operators]]\nid = \"renamed\"\nkind = \"select\"\ninput = \"spans\"\n\
+             columns = [\"ts\", \"duration_ns AS service_name\", \"kafka_offset\", \"kafka_item\"]\n",
+        );
+        assert!(types.contains("column service_name is"), "{types}");
+        let elsewhere = regression_problems("inputs = [\"spans\", \"spans\"]\n");
+        assert!(
+            elsewhere.contains("both `input` and `inputs`"),
+            "{elsewhere}"
+        );
+    }
 }

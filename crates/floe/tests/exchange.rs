@@ -28,8 +28,13 @@
 //! another service, less at most the few the records sent back made late. An anomaly
 //! operator scores each service's minutes (error rate and p99): each score's error rate and
 //! count must be DuckDB's over the landed spans not in its late table, and its anomalies the
-//! scores past the threshold. The window's, the SLOs', the verdicts, the edges', the anomaly
-//! scores and the late tables must be the same in every scenario.
+//! scores past the threshold. A union of two selects of the same spans (failed, slow) goes
+//! through a third exchange of one partition to a 1-second window keyed by stream: its counts
+//! must be DuckDB's — rows of both streams from one source partition all taken, none twice.
+//! The anomaly scores, rows derived behind the first exchange, go through a second exchange
+//! of one partition and must come out as exactly the scores table. The window's, the SLOs',
+//! the verdicts, the edges', the anomaly scores, the union's, the second exchange's and the
+//! late tables must be the same in every scenario.
 //!
 //! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
 
@@ -97,6 +102,10 @@ struct Windowed {
     /// (rows, digest) of the anomaly scores, the anomalies and the anomaly operator's late
     /// rows.
     anomalies: [(u64, i64); 3],
+    /// (rows, digest) of the per-second counts of the union behind the one-partition exchange.
+    notable: (u64, i64),
+    /// (rows, digest) of the anomaly scores through a second, one-partition exchange.
+    scores_global: (u64, i64),
 }
 
 struct Scenario {
@@ -104,6 +113,8 @@ struct Scenario {
     topic: String,
     exchange_topic: String,
     trace_topic: String,
+    notable_topic: String,
+    scores_topic: String,
     dir: PathBuf,
     produced: usize,
     ends: BTreeMap<i32, i64>,
@@ -146,6 +157,8 @@ impl Fixture {
             name,
             exchange_topic: format!("xout-{}-{name}", self.run_id),
             trace_topic: format!("xtrace-{}-{name}", self.run_id),
+            notable_topic: format!("xnotable-{}-{name}", self.run_id),
+            scores_topic: format!("xscores-{}-{name}", self.run_id),
             topic,
             dir,
             produced: 0,
@@ -189,6 +202,16 @@ impl Fixture {
             ..job
         };
         support::wait_through_exchange(&self.client, &by_trace).await;
+        let notable = support::ExchangeJob {
+            exchange: &s.notable_topic,
+            ..job
+        };
+        support::wait_through_exchange(&self.client, &notable).await;
+        let scores = support::ExchangeJob {
+            exchange: &s.scores_topic,
+            ..job
+        };
+        support::wait_through_exchange(&self.client, &scores).await;
     }
 
     fn consumer(&self) -> BaseConsumer {
@@ -347,6 +370,8 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINC
         let deploys = self.check_deploys(s).await;
         let edges = self.check_edges(s, &spans).await;
         let anomalies = self.check_anomalies(s, &spans).await;
+        let notable = self.check_union(s, &spans).await;
+        let scores_global = self.check_derived(s).await;
         Windowed {
             rows: (rows as u64, digest as i64),
             late: (late as u64, late_digest as i64),
@@ -355,7 +380,89 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINC
             deploys,
             edges,
             anomalies,
+            notable,
+            scores_global,
         }
+    }
+
+    /// The anomaly scores — rows an operator derived behind the first exchange — through a
+    /// second exchange of one partition: exactly the scores table, each row once. Returns
+    /// (rows, digest).
+    async fn check_derived(&self, s: &Scenario) -> (u64, i64) {
+        let scores = self.location(s.name, "anomalies_scores").await;
+        let global = self.location(s.name, "scores_global").await;
+        let out = python(&format!(
+            r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE scores AS SELECT * FROM iceberg_scan('{scores}')")
+con.sql("CREATE TABLE global AS SELECT * EXCLUDE (kafka_offset, kafka_item) FROM iceberg_scan('{global}')")
+one = lambda q: con.sql(q).fetchone()[0]
+print(one("SELECT count(*) FROM global"),
+      one("SELECT count(*) FROM (SELECT * FROM scores EXCEPT ALL SELECT * FROM global)"),
+      one("SELECT count(*) FROM (SELECT * FROM global EXCEPT ALL SELECT * FROM scores)"),
+      one("SELECT coalesce(sum(hash(global)), 0) FROM global"))
+"#
+        ));
+        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
+        let [rows, missing, extra, digest] = cells[..] else {
+            panic!("{out}");
+        };
+        assert!(
+            rows > 0,
+            "{}: nothing came through the second exchange",
+            s.name
+        );
+        assert_eq!(
+            (missing, extra),
+            (0, 0),
+            "{}: the scores through the second exchange are the scores table",
+            s.name
+        );
+        eprintln!("{}: {rows} scores through a second exchange", s.name);
+        (rows as u64, digest as i64)
+    }
+
+    /// The union of two selects of the same spans (failed ones, slow ones) through a
+    /// one-partition exchange: its per-second counts per stream are DuckDB's over the landed
+    /// spans not in its late table — rows of both streams from one source partition are all
+    /// taken, none twice. Returns (rows, digest).
+    async fn check_union(&self, s: &Scenario, spans: &str) -> (u64, i64) {
+        let counts = self.location(s.name, "notable_1s").await;
+        let late = self.location(s.name, "notable_1s_late").await;
+        let out = python(&format!(
+            r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE spans AS SELECT * FROM iceberg_scan('{spans}')")
+con.sql("CREATE TABLE late AS SELECT * FROM iceberg_scan('{late}')")
+con.sql("CREATE TABLE got AS SELECT epoch_us(window_start) AS start_us, stream, n FROM iceberg_scan('{counts}')")
+con.sql("""CREATE TABLE rows AS
+  SELECT ts, kafka_partition, trace_id, span_id, 'failed' AS stream FROM spans WHERE status_code = 'ERROR'
+  UNION ALL SELECT ts, kafka_partition, trace_id, span_id, 'slow' FROM spans WHERE duration_ns > 20000000""")
+con.sql("CREATE TABLE expected AS SELECT (epoch_us(ts) // 1000000) * 1000000 AS start_us, stream, count(*) AS n FROM rows ANTI JOIN late USING (trace_id, span_id, stream) GROUP BY ALL")
+# Each stream of the union is a source of its own: the clock is the smallest over (partition, stream).
+clock = con.sql("SELECT min(m) FROM (SELECT max(epoch_us(ts)) AS m FROM rows GROUP BY kafka_partition, stream)").fetchone()[0]
+one = lambda q: con.sql(q).fetchone()[0]
+print(one("SELECT count(*) FROM got"), one("SELECT count(DISTINCT stream) FROM got"),
+      one(f"SELECT count(*) FROM (SELECT * FROM expected WHERE start_us + 1000000 <= {{clock}} - 1000000 EXCEPT ALL SELECT * FROM got)"),
+      one("SELECT count(*) FROM (SELECT * FROM got EXCEPT ALL SELECT * FROM expected)"),
+      one("SELECT coalesce(sum(hash(start_us, stream, n)), 0) FROM got"),
+      one("SELECT count(*) FROM late"))
+"#
+        ));
+        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
+        let [rows, streams, missing, extra, digest, late] = cells[..] else {
+            panic!("{out}");
+        };
+        assert!(rows > 0, "{}: the union's window emitted nothing", s.name);
+        assert_eq!(streams, 2, "{}: both streams of the union counted", s.name);
+        assert_eq!(
+            (missing, extra),
+            (0, 0),
+            "{}: the union's counts are DuckDB's over the landed spans",
+            s.name
+        );
+        eprintln!("{}: {rows} union window rows, {late} late", s.name);
+        (rows as u64, digest as i64)
     }
 
     /// The anomaly scores behind the exchange: each scored minute's error rate and count are
@@ -678,6 +785,67 @@ measures = {{ latency_p99 = "quantile(duration_ns, 0.99)", error_rate = "ratio(e
 anomaly = {{ warmup = 1, direction = "up" }}
 
 [[operators]]
+id = "scores_global"
+kind = "exchange"
+input = "anomalies_scores"
+key = ["service_name"]
+partitions = 1
+topic = "{scores_topic}"
+retention = "1d"
+
+[[operators]]
+id = "failed"
+kind = "select"
+input = "spans"
+where = "status_code = 'ERROR'"
+columns = ["ts", "trace_id", "span_id", "service_name", "kafka_offset", "kafka_item"]
+
+[[operators]]
+id = "slow"
+kind = "select"
+input = "spans"
+where = "duration_ns > 20000000"
+columns = ["ts", "trace_id", "span_id", "service_name", "kafka_offset", "kafka_item"]
+
+[[operators]]
+id = "notable"
+kind = "union"
+inputs = ["failed", "slow"]
+
+[[operators]]
+id = "notable_global"
+kind = "exchange"
+input = "notable"
+key = ["stream"]
+partitions = 1
+topic = "{notable_topic}"
+retention = "1d"
+
+[streams.notable_global]
+out_of_orderness = "1s"
+
+[[operators]]
+id = "notable_1s"
+kind = "window"
+input = "notable_global"
+window = {{ type = "tumbling", size = "1s" }}
+key = ["stream"]
+allowed_lateness = "1s"
+aggregates = {{ n = "count()" }}
+
+[tables.failed]
+land = false
+
+[tables.slow]
+land = false
+
+[tables.notable]
+land = false
+
+[tables.notable_global]
+land = false
+
+[[operators]]
 id = "edge_spans"
 kind = "select"
 input = "spans"
@@ -727,6 +895,8 @@ period = "1h"
                 topic = self.topic,
                 exchange = self.exchange_topic,
                 trace_topic = self.trace_topic,
+                notable_topic = self.notable_topic,
+                scores_topic = self.scores_topic,
                 namespace = self.name,
                 state = self.dir.join(format!("state-{instance}")).display(),
             ),
