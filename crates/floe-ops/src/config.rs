@@ -208,6 +208,9 @@ pub struct RawOperator {
     pub forecast: Option<Spanned<RawForecast>>,
     /// `anomaly`, `forecast`: the stream of every judged minute (default `<output>_scores`).
     pub scores_output: Option<Text>,
+    /// `window` (tumbling, sliding), `edges`: the stream of each window's row once more when
+    /// it can no longer change (`edges`: default `<output>_final`; windows: none).
+    pub final_output: Option<Text>,
 }
 
 /// `[[operators]] forecast = {…}` as written.
@@ -656,6 +659,9 @@ pub fn check_pipeline(
         if kind_name != "edges" {
             not_for(c, "join_window", raw.join_window.is_some());
         }
+        if !["window", "edges"].contains(&kind_name.as_str()) {
+            not_for(c, "final_output", raw.final_output.is_some());
+        }
         if kind_name != "anomaly" {
             not_for(c, "anomaly", raw.anomaly.is_some());
         }
@@ -707,6 +713,7 @@ pub fn check_pipeline(
                         late_output: c
                             .opt(raw.late_output.as_ref())
                             .unwrap_or_else(|| format!("{output}_late")),
+                        final_output: c.opt(raw.final_output.as_ref()),
                         ..spec
                     }),
                     None => continue,
@@ -800,6 +807,9 @@ pub fn check_pipeline(
                     error_column: column_or(c, &raw.error_column, "error"),
                     duration_column: column_or(c, &raw.duration_column, "duration_ns"),
                     output: output.clone(),
+                    final_output: c
+                        .opt(raw.final_output.as_ref())
+                        .unwrap_or_else(|| format!("{output}_final")),
                 })
             }
             "union" => {
@@ -882,7 +892,11 @@ pub fn check_pipeline(
         };
         let mut outputs = vec![output];
         match &kind {
-            OperatorKind::Window(w) => outputs.push(w.late_output.clone()),
+            OperatorKind::Window(w) => {
+                outputs.push(w.late_output.clone());
+                outputs.extend(w.final_output.clone());
+            }
+            OperatorKind::Edges(e) => outputs.push(e.final_output.clone()),
             OperatorKind::Slo(spec) => outputs.push(spec.late_output.clone()),
             OperatorKind::Regression(spec) => outputs.push(spec.late_output.clone()),
             OperatorKind::Series(spec) => {
@@ -1267,6 +1281,7 @@ fn window(c: &mut Checker<'_>, id: &str, raw: &RawOperator, at: &Text) -> Option
         aggregates,
         output: String::new(),
         late_output: String::new(),
+        final_output: None,
     })
 }
 
@@ -1700,20 +1715,39 @@ pub fn resolve_time(pipeline: &mut Pipeline, source: &[StreamSpec]) -> Vec<(Stri
                 }
                 return time;
             }
-            let producer = pipeline.operators.iter().find(|o| {
-                o.outputs.contains(&name)
-                    && matches!(
-                        o.kind,
-                        OperatorKind::Sql { .. } | OperatorKind::Exchange(_) | OperatorKind::Union
-                    )
-            });
-            match producer {
-                Some(p) if seen < 64 => {
-                    name = p.input.clone();
-                    seen += 1;
+            let Some(producer) = pipeline
+                .operators
+                .iter()
+                .find(|o| o.outputs.contains(&name))
+            else {
+                return time;
+            };
+            // A late output has its input's columns; other derived rows are timed by their
+            // window (a verdict by its decision).
+            let late = match &producer.kind {
+                OperatorKind::Window(w) => w.late_output == name,
+                OperatorKind::Slo(spec) => spec.late_output == name,
+                OperatorKind::Regression(spec) => spec.late_output == name,
+                OperatorKind::Series(spec) => spec.late_output == name,
+                _ => false,
+            };
+            let derived = match &producer.kind {
+                OperatorKind::Sql { .. } | OperatorKind::Exchange(_) | OperatorKind::Union => None,
+                _ if late => None,
+                OperatorKind::Regression(_) => Some("decided_at"),
+                _ => Some("window_start"),
+            };
+            if let Some(column) = derived {
+                if time.time_column.is_none() {
+                    time.time_column = Some(column.to_string());
                 }
-                _ => return time,
+                return time;
             }
+            if seen >= 64 {
+                return time;
+            }
+            name = producer.input.clone();
+            seen += 1;
         }
     };
     let times: Vec<StreamTime> = pipeline

@@ -85,6 +85,9 @@ pub struct EdgesSpec {
     pub duration_column: String,
     /// The output stream.
     pub output: String,
+    /// The stream of each minute's row once more when it can no longer change (default
+    /// `<output>_final`): what an exchange can carry on (ADR 0010).
+    pub final_output: String,
 }
 
 impl EdgesSpec {
@@ -545,10 +548,11 @@ impl Edges {
                 aggregates,
                 output: spec.output.clone(),
                 late_output: format!("{}__late", spec.id),
+                final_output: Some(spec.final_output.clone()),
             },
             &stream,
         )?;
-        let outputs = vec![window.outputs()[0].clone()];
+        let outputs = vec![window.outputs()[0].clone(), window.outputs()[2].clone()];
         Ok(Self {
             spec,
             window,
@@ -579,8 +583,10 @@ impl Edges {
         let (emitted, dead) = inner.finish();
         ctx.dead.extend(dead);
         for (output, batch) in emitted {
-            if output == 0 {
-                ctx.emit(0, batch);
+            match output {
+                0 => ctx.emit(0, batch),
+                2 => ctx.emit(1, batch),
+                _ => {}
             }
         }
         Ok(())
@@ -852,6 +858,10 @@ impl Operator for Edges {
         self.window.watermarks()
     }
 
+    fn final_frontiers(&self) -> Vec<(u32, i64)> {
+        self.window.final_frontiers()
+    }
+
     fn fingerprint(&self) -> Option<String> {
         Some(self.spec.fingerprint())
     }
@@ -912,6 +922,7 @@ mod tests {
             error_column: "error".into(),
             duration_column: "duration_ns".into(),
             output: "service_edges".into(),
+            final_output: "service_edges_final".into(),
         }
     }
 
@@ -974,7 +985,7 @@ mod tests {
 
     fn collect(emitted: Vec<(usize, StreamBatch)>, out: &mut Rows) {
         for (output, b) in emitted {
-            assert_eq!(output, 0, "only rollup rows leave the operator");
+            assert!(output <= 1, "rollup rows and final rows leave the operator");
             let b = b.batch;
             let text = |n: &str, r| {
                 b.column_by_name(n)
@@ -998,14 +1009,18 @@ mod tests {
                 .unwrap()
                 .as_primitive::<arrow_array::types::Float64Type>();
             for r in 0..b.num_rows() {
-                out.insert(
-                    (
-                        starts.value(r).div_euclid(MINUTE),
-                        text("caller_service", r),
-                        text("callee_service", r),
-                    ),
-                    (int("requests", r), int("errors", r), p99.value(r)),
+                let key = (
+                    starts.value(r).div_euclid(MINUTE),
+                    text("caller_service", r),
+                    text("callee_service", r),
                 );
+                let row = (int("requests", r), int("errors", r), p99.value(r));
+                if output == 1 {
+                    // A final row is the minute's last image, once.
+                    assert_eq!(out.get(&key), Some(&row), "final row {key:?}");
+                } else {
+                    out.insert(key, row);
+                }
             }
         }
     }

@@ -321,6 +321,14 @@ pub trait Operator: Send {
         Vec::new()
     }
 
+    /// For an operator with outputs final per minute (`floe.final-per-minute`): per
+    /// partition, a time before which every row of them was emitted (µs). An exchange
+    /// carrying such an output gives it this clock when there are no rows to carry one
+    /// (ADR 0010): a sparse stream — anomalies — must not hold the clock behind it.
+    fn final_frontiers(&self) -> Vec<(u32, i64)> {
+        Vec::new()
+    }
+
     /// `Some` for a stateful operator: a digest of everything its stored state depends on.
     /// Resuming with another fingerprint under the same id means the old state cannot be
     /// read.

@@ -313,6 +313,7 @@ impl Minutes {
                 aggregates,
                 output: format!("{id}__counts"),
                 late_output: format!("{id}__late"),
+                final_output: None,
             },
             &stream,
         )?;
@@ -407,6 +408,16 @@ impl Minutes {
             .watermarks()
             .into_iter()
             .find_map(|(q, wm)| (q == p).then(|| wm.div_euclid(MINUTE)))
+    }
+
+    /// Per partition, the start of the minute the clock is in: every earlier minute is final
+    /// and was evaluated.
+    pub(crate) fn frontiers(&self) -> Vec<(u32, i64)> {
+        self.window
+            .watermarks()
+            .into_iter()
+            .map(|(p, wm)| (p, wm.div_euclid(MINUTE) * MINUTE))
+            .collect()
     }
 
     /// The operator's watermarks (the window's run `allowed_lateness` behind).

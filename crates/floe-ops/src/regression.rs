@@ -968,6 +968,15 @@ impl Operator for Regression {
         self.minutes.watermarks()
     }
 
+    fn final_frontiers(&self) -> Vec<(u32, i64)> {
+        // A minute decided is stamped with its end: the open minute's start is out too.
+        self.minutes
+            .frontiers()
+            .into_iter()
+            .map(|(p, f)| (p, f + 1))
+            .collect()
+    }
+
     fn fingerprint(&self) -> Option<String> {
         Some(self.spec.fingerprint())
     }

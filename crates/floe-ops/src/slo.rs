@@ -854,6 +854,10 @@ impl Operator for Slo {
         self.minutes.watermarks()
     }
 
+    fn final_frontiers(&self) -> Vec<(u32, i64)> {
+        self.minutes.frontiers()
+    }
+
     fn fingerprint(&self) -> Option<String> {
         Some(self.spec.fingerprint())
     }

@@ -103,6 +103,10 @@ pub struct WindowSpec {
     pub output: String,
     /// The late-rows stream.
     pub late_output: String,
+    /// Tumbling and sliding windows: a stream of each window's row once more when it can no
+    /// longer change (its end plus the allowed lateness passed): append-only, final per
+    /// minute of `window_start` (ADR 0010).
+    pub final_output: Option<String>,
 }
 
 impl WindowSpec {
@@ -489,6 +493,27 @@ impl Window {
             },
             late_stream,
         ];
+        let mut outputs = outputs;
+        if let Some(name) = &spec.final_output {
+            if matches!(spec.kind, WindowKind::Session { .. }) {
+                return Err("a session window has no final output".into());
+            }
+            outputs.push(StreamSpec {
+                name: name.clone(),
+                table: name.clone(),
+                schema: Some(iceberg_schema(&rollup, &[])?),
+                changelog: false,
+                key: Vec::new(),
+                time_column: Some("window_start".into()),
+                partition: vec![("window_start".into(), iceberg::spec::Transform::Day)],
+                bloom_filter_columns: Vec::new(),
+                plain_columns: Vec::new(),
+                properties: vec![(
+                    floe_core::exchange::FINAL_PER_MINUTE.to_string(),
+                    "window_start".to_string(),
+                )],
+            });
+        }
         Ok(Self {
             time_index,
             time_unit,
@@ -763,10 +788,12 @@ impl Window {
             let mut rows = Vec::new();
             let mut keys = Vec::new();
             let mut failed = None;
+            let finals = self.spec.final_output.is_some();
             ctx.scan(p, &prefix, Some(&to), |k, v| {
                 if fired {
                     keys.push(k.to_vec());
-                } else {
+                }
+                if !fired || finals {
                     let start = unsortable(&k[9..17]);
                     match self.decode_accs(v) {
                         Ok(accs) => rows.push(Rollup {
@@ -788,6 +815,17 @@ impl Window {
                 return Err(e);
             }
             if fired {
+                // The rows as they end: the final output's, in (start, key) order.
+                for chunk in rows.chunks(16 * 1024) {
+                    let mut batch = self.rollup_batch(ctx, p, chunk)?;
+                    let columns = batch.batch.num_columns() - 1;
+                    batch.batch = batch
+                        .batch
+                        .project(&(0..columns).collect::<Vec<_>>())
+                        .map_err(|e| self.invalid(format!("final rows: {e}")))?;
+                    batch.stream = 2;
+                    ctx.emit(2, batch);
+                }
                 for k in keys {
                     ctx.delete(p, &k)?;
                 }
@@ -1293,6 +1331,31 @@ impl Operator for Window {
         Some(self.spec.fingerprint())
     }
 
+    fn final_frontiers(&self) -> Vec<(u32, i64)> {
+        let size = match self.spec.kind {
+            WindowKind::Tumbling { size } | WindowKind::Sliding { size, .. } => size,
+            WindowKind::Session { .. } => return Vec::new(),
+        };
+        if self.spec.final_output.is_none() {
+            return Vec::new();
+        }
+        // Windows with end + lateness ≤ W were purged, their final rows emitted: every
+        // window starting at or before W − lateness − size.
+        self.parts
+            .iter()
+            .filter_map(|(p, part)| {
+                part.max_time?;
+                let wm = part.watermark(self.spec.out_of_orderness);
+                Some((
+                    *p,
+                    wm.saturating_sub(self.spec.allowed_lateness)
+                        .saturating_sub(size)
+                        .saturating_add(1),
+                ))
+            })
+            .collect()
+    }
+
     fn stats(&self) -> OperatorStats {
         OperatorStats {
             open_windows: self
@@ -1360,7 +1423,54 @@ mod tests {
             ],
             output: "rollup".into(),
             late_output: "late".into(),
+            final_output: None,
         }
+    }
+
+    #[test]
+    fn a_window_s_final_row_comes_once_when_it_can_no_longer_change() {
+        let dir = std::env::temp_dir().join(format!("floe-window-{}", uuid_like()));
+        let mut store = StateStore::open(&dir, 8 << 20).unwrap();
+        let spec = WindowSpec {
+            final_output: Some("final".into()),
+            ..spec(WindowKind::Tumbling { size: 10 * S }, 5 * S)
+        };
+        let mut w = Window::new(spec, &input()).unwrap();
+        assert_eq!(w.outputs()[2].name, "final");
+        assert!(!w.outputs()[2].changelog);
+        let names = |p: u32| format!("t/{p}");
+        let (mut images, mut late) = (Images::new(), Vec::new());
+        let mut finals = Vec::new();
+        for chunk in workload().chunks(3) {
+            let mut ctx = Context::new(Some(&mut store), 0, &names);
+            w.on_batch(&batch(chunk, 0), &mut ctx).unwrap();
+            let (emitted, _) = ctx.finish();
+            let (rollups, last): (Vec<_>, Vec<_>) =
+                emitted.into_iter().partition(|(output, _)| *output < 2);
+            apply(&mut images, &mut late, rollups);
+            for (_, b) in last {
+                let b = b.batch;
+                assert!(b.column_by_name(OP_COLUMN).is_none());
+                let start = b
+                    .column_by_name("window_start")
+                    .unwrap()
+                    .as_primitive::<TimestampMicrosecondType>();
+                let key = b.column_by_name("k").unwrap().as_string::<i32>();
+                let n = b.column_by_name("n").unwrap().as_primitive::<Int64Type>();
+                for i in 0..b.num_rows() {
+                    finals.push((start.value(i) / S, key.value(i).to_string(), n.value(i)));
+                }
+            }
+        }
+        // Window [0, 10) closed (W = 16 ≥ 10 + 5), with its last image; [10, 20) did not.
+        let closed: Vec<(i64, String, i64)> = images
+            .iter()
+            .filter(|((start, _, _), _)| *start == 0)
+            .map(|((start, key, _), (n, _))| (*start, key.clone(), *n))
+            .collect();
+        assert_eq!(finals, closed);
+        assert_eq!(finals.len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn batch(rows: &[(Option<&str>, Option<i64>)], partition: u32) -> StreamBatch {

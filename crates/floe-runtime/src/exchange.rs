@@ -372,6 +372,43 @@ impl Outbound {
         }
     }
 
+    /// Moves the clocks of rows final per minute to their producers' `frontiers` (per stream,
+    /// per partition: no row before it is still to come), so that a sparse stream does not
+    /// hold the clock of the exchange partitions behind it.
+    pub(crate) fn advance(
+        &mut self,
+        frontiers: &[(String, Vec<(u32, i64)>)],
+        names: &dyn Fn(u32) -> String,
+    ) {
+        for x in self.exchanges.values() {
+            for (stream, partitions) in frontiers {
+                let tag = if x.union {
+                    if !x.finals.0.contains(stream) {
+                        continue;
+                    }
+                    Some(stream)
+                } else if *stream == x.input && x.finals.0.contains("") {
+                    None
+                } else {
+                    continue;
+                };
+                for (p, frontier) in partitions {
+                    let source = names(*p);
+                    let source = match tag {
+                        Some(stream) => tagged(&source, stream),
+                        None => source,
+                    };
+                    let clock = self
+                        .clocks
+                        .entry((x.id.clone(), source))
+                        .or_insert(i64::MIN);
+                    // No row before the frontier is to come: a window ending there is whole.
+                    *clock = (*clock).max(*frontier);
+                }
+            }
+        }
+    }
+
     /// The clock entries of the source partitions `held`, for the checkpoint.
     pub(crate) fn positions(&self, held: &std::collections::BTreeSet<String>) -> Positions {
         self.clocks

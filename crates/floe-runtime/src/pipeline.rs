@@ -359,6 +359,26 @@ impl Pipeline {
             .collect()
     }
 
+    /// Per output stream final per minute: each partition's frontier.
+    pub(crate) fn frontiers(&self) -> Vec<(String, Vec<(u32, i64)>)> {
+        let mut out = Vec::new();
+        for op in self.operators.iter().flatten() {
+            let finals: Vec<&StreamSpec> = op
+                .outputs()
+                .iter()
+                .filter(|s| floe_core::exchange::final_per_minute(s).is_some())
+                .collect();
+            if finals.is_empty() {
+                continue;
+            }
+            let frontiers = op.final_frontiers();
+            for stream in finals {
+                out.push((stream.name.clone(), frontiers.clone()));
+            }
+        }
+        out
+    }
+
     /// Gauges per operator.
     pub(crate) fn stats(&self) -> Vec<(String, OperatorStats)> {
         self.configs

@@ -49,6 +49,9 @@ pub(crate) struct Status {
     pub(crate) stats: Vec<(String, OperatorStats)>,
     /// Keys and bytes of the state store.
     pub(crate) state_size: Option<(u64, u64)>,
+    /// Per stream final per minute: each partition's frontier (see
+    /// `Operator::final_frontiers`).
+    pub(crate) frontiers: Vec<(String, Vec<(u32, i64)>)>,
 }
 
 /// A barrier's outcome besides the rows the operators flushed: the epoch it closed with its
@@ -339,6 +342,7 @@ fn run(
                         watermarks: pipeline.watermarks(),
                         stats: pipeline.stats(),
                         state_size: pipeline.state_size(),
+                        frontiers: pipeline.frontiers(),
                     },
                 }),
             ))

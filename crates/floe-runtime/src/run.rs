@@ -891,6 +891,8 @@ impl<R: Reader> Job<R> {
         // The checkpoint's exchange records — and its sources' clocks — are in their topics
         // before it commits.
         if let Some(outbound) = self.outbound.as_mut() {
+            let names = |p: u32| self.reader.partition_name(p);
+            outbound.advance(&self.status.frontiers, &names);
             outbound.send_clocks(&held).await.map_err(source_error)?;
             let landed = outbound.flush().await.map_err(source_error)?;
             self.metrics.exchange_records.inc_by(landed);

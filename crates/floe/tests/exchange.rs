@@ -32,7 +32,9 @@
 //! through a third exchange of one partition to a 1-second window keyed by stream: its counts
 //! must be DuckDB's — rows of both streams from one source partition all taken, none twice.
 //! The anomaly scores, rows derived behind the first exchange, go through a second exchange
-//! of one partition and must come out as exactly the scores table. The window's, the SLOs',
+//! of one partition and must come out as exactly the scores table; the anomalies — a few
+//! rows — through another, where a window must count every one: the clock behind it follows
+//! the anomaly operator's progress, not its rows. The window's, the SLOs',
 //! the verdicts, the edges', the anomaly scores, the union's, the second exchange's and the
 //! late tables must be the same in every scenario.
 //!
@@ -106,6 +108,8 @@ struct Windowed {
     notable: (u64, i64),
     /// (rows, digest) of the anomaly scores through a second, one-partition exchange.
     scores_global: (u64, i64),
+    /// (rows, digest) of a window over the (sparse) anomalies through another one.
+    flagged: (u64, i64),
 }
 
 struct Scenario {
@@ -115,6 +119,7 @@ struct Scenario {
     trace_topic: String,
     notable_topic: String,
     scores_topic: String,
+    flagged_topic: String,
     dir: PathBuf,
     produced: usize,
     ends: BTreeMap<i32, i64>,
@@ -159,6 +164,7 @@ impl Fixture {
             trace_topic: format!("xtrace-{}-{name}", self.run_id),
             notable_topic: format!("xnotable-{}-{name}", self.run_id),
             scores_topic: format!("xscores-{}-{name}", self.run_id),
+            flagged_topic: format!("xflagged-{}-{name}", self.run_id),
             topic,
             dir,
             produced: 0,
@@ -212,6 +218,11 @@ impl Fixture {
             ..job
         };
         support::wait_through_exchange(&self.client, &scores).await;
+        let flagged = support::ExchangeJob {
+            exchange: &s.flagged_topic,
+            ..job
+        };
+        support::wait_through_exchange(&self.client, &flagged).await;
     }
 
     fn consumer(&self) -> BaseConsumer {
@@ -372,6 +383,7 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINC
         let anomalies = self.check_anomalies(s, &spans).await;
         let notable = self.check_union(s, &spans).await;
         let scores_global = self.check_derived(s).await;
+        let flagged = self.check_sparse(s).await;
         Windowed {
             rows: (rows as u64, digest as i64),
             late: (late as u64, late_digest as i64),
@@ -382,7 +394,40 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINC
             anomalies,
             notable,
             scores_global,
+            flagged,
         }
+    }
+
+    /// A window over the anomalies — a few rows — behind a one-partition exchange counts every
+    /// one of them: the exchange's clock follows the anomaly operator's progress, not its
+    /// rows, so the windows of the last anomalies fire too. Returns (rows, digest).
+    async fn check_sparse(&self, s: &Scenario) -> (u64, i64) {
+        let flagged = self.location(s.name, "anomalies").await;
+        let counts = self.location(s.name, "flagged_1m").await;
+        let out = python(&format!(
+            r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE expected AS SELECT epoch_us(window_start) AS start_us, measure, count(*) AS n FROM iceberg_scan('{flagged}') GROUP BY ALL")
+con.sql("CREATE TABLE got AS SELECT epoch_us(window_start) AS start_us, measure, n FROM iceberg_scan('{counts}')")
+one = lambda q: con.sql(q).fetchone()[0]
+print(one("SELECT count(*) FROM expected"),
+      one("SELECT count(*) FROM (SELECT * FROM expected EXCEPT ALL SELECT * FROM got)"),
+      one("SELECT count(*) FROM (SELECT * FROM got EXCEPT ALL SELECT * FROM expected)"),
+      one("SELECT coalesce(sum(hash(start_us, measure, n)), 0) FROM got"))
+"#
+        ));
+        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
+        let [rows, missing, extra, digest] = cells[..] else {
+            panic!("{out}");
+        };
+        assert!(rows > 0, "{}: no anomalies to count", s.name);
+        assert_eq!(
+            (missing, extra),
+            (0, 0),
+            "{}: every anomaly counted behind the exchange, once",
+            s.name
+        );
+        (rows as u64, digest as i64)
     }
 
     /// The anomaly scores — rows an operator derived behind the first exchange — through a
@@ -794,6 +839,23 @@ topic = "{scores_topic}"
 retention = "1d"
 
 [[operators]]
+id = "flagged_global"
+kind = "exchange"
+input = "anomalies"
+key = ["service_name"]
+partitions = 1
+topic = "{flagged_topic}"
+retention = "1d"
+
+[[operators]]
+id = "flagged_1m"
+kind = "window"
+input = "flagged_global"
+window = {{ type = "tumbling", size = "1m" }}
+key = ["measure"]
+aggregates = {{ n = "count()" }}
+
+[[operators]]
 id = "failed"
 kind = "select"
 input = "spans"
@@ -897,6 +959,7 @@ period = "1h"
                 trace_topic = self.trace_topic,
                 notable_topic = self.notable_topic,
                 scores_topic = self.scores_topic,
+                flagged_topic = self.flagged_topic,
                 namespace = self.name,
                 state = self.dir.join(format!("state-{instance}")).display(),
             ),
