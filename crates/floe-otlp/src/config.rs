@@ -9,6 +9,13 @@
 //! speed = 60                   # event time runs 60 × wall time, ending now (default: 1, from now)
 //! # a new version of one service, `at` into the event time, with more errors and slower
 //! deploy = { service = "payments", version = "1.1.0", at = "6m", error_factor = 4, latency_factor = 1.5 }
+//! # incidents for alerting to find: errors originating in a service (they propagate to its
+//! # callers), one endpoint slower, a connection pool climbing to full
+//! incidents = [
+//!   { service = "inventory", kind = "errors", at = "40m", for = "10m", factor = 20 },
+//!   { service = "checkout", kind = "slow", endpoint = "PlaceOrder", at = "60m", for = "10m", factor = 3 },
+//!   { service = "payments", kind = "saturation", at = "80m", for = "30m" },
+//! ]
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
@@ -34,6 +41,41 @@ pub struct RawGenerator {
     pub speed: Option<Spanned<i64>>,
     /// A deploy at a known event time.
     pub deploy: Option<Spanned<RawDeploy>>,
+    /// Incidents at known event times.
+    #[serde(default)]
+    pub incidents: Vec<Spanned<RawIncident>>,
+}
+
+/// One of `incidents = [{…}]` of `[source.generator]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIncident {
+    /// One of the generated services.
+    pub service: Option<Text>,
+    /// `errors`, `slow` or `saturation`.
+    pub kind: Option<Text>,
+    /// Event time after the start.
+    pub at: Option<Text>,
+    /// How long it lasts.
+    #[serde(rename = "for")]
+    pub lasts: Option<Text>,
+    /// `errors`, `slow`: the factor.
+    pub factor: Option<Spanned<f64>>,
+    /// `slow`: the endpoint (span name).
+    pub endpoint: Option<Text>,
+}
+
+/// An incident, its times after the generator's start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncidentConfig {
+    /// The service.
+    pub service: String,
+    /// What goes wrong.
+    pub kind: crate::generate::IncidentKind,
+    /// Event time after the start.
+    pub at: Duration,
+    /// How long.
+    pub lasts: Duration,
 }
 
 /// `deploy = {…}` of `[source.generator]` as written.
@@ -80,6 +122,8 @@ pub struct GeneratorConfig {
     pub speed: u64,
     /// A deploy, if any.
     pub deploy: Option<DeployConfig>,
+    /// Incidents.
+    pub incidents: Vec<IncidentConfig>,
 }
 
 impl RawGenerator {
@@ -99,8 +143,102 @@ impl RawGenerator {
             seed: self.seed.as_ref().map_or(42, |s| *s.get_ref() as u64),
             speed: c.integer(self.speed.as_ref(), "speed", 1..=3600, 1) as u64,
             deploy: self.deploy.as_ref().and_then(|d| deploy(c, d)),
+            incidents: self
+                .incidents
+                .iter()
+                .filter_map(|i| incident(c, i))
+                .collect(),
         }
     }
+}
+
+fn incident(c: &mut Checker<'_>, raw: &Spanned<RawIncident>) -> Option<IncidentConfig> {
+    use crate::generate::{Generator, IncidentKind};
+    let i = raw.get_ref();
+    let service = c.opt(i.service.as_ref());
+    let endpoints = match &service {
+        None => {
+            c.at(raw, "an incident names its `service`");
+            return None;
+        }
+        Some(s) => match Generator::endpoints(s) {
+            Some(e) => e,
+            None => {
+                let names: Vec<&str> = Generator::services().collect();
+                c.at(
+                    i.service.as_ref().expect("given"),
+                    format!("the generator's services are {}", names.join(", ")),
+                );
+                return None;
+            }
+        },
+    };
+    let factor = match &i.factor {
+        Some(f) if *f.get_ref() > 0.0 && f.get_ref().is_finite() => Some(*f.get_ref()),
+        Some(f) => {
+            c.at(f, "a factor is a positive number");
+            return None;
+        }
+        None => None,
+    };
+    let kind = match c.opt(i.kind.as_ref()).as_deref() {
+        Some("errors") => IncidentKind::Errors {
+            factor: factor.unwrap_or(10.0),
+        },
+        Some("slow") => {
+            let Some(endpoint) = c.opt(i.endpoint.as_ref()) else {
+                c.at(
+                    raw,
+                    format!(
+                        "a slow incident names its `endpoint`: one of {}",
+                        endpoints.join(", ")
+                    ),
+                );
+                return None;
+            };
+            if !endpoints.contains(&endpoint.as_str()) {
+                c.at(
+                    i.endpoint.as_ref().expect("given"),
+                    format!(
+                        "the endpoints of {} are {}",
+                        service.as_deref().unwrap_or(""),
+                        endpoints.join(", ")
+                    ),
+                );
+                return None;
+            }
+            IncidentKind::Slow {
+                endpoint,
+                factor: factor.unwrap_or(3.0),
+            }
+        }
+        Some("saturation") => IncidentKind::Saturation,
+        other => {
+            let at = i.kind.as_ref().map_or(raw.span(), |k| k.span());
+            c.problem(
+                Some(at),
+                format!(
+                    "an incident's `kind` is \"errors\", \"slow\" or \"saturation\", not {other:?}"
+                ),
+            );
+            return None;
+        }
+    };
+    let at = c.duration_or_zero(i.at.as_ref(), Duration::ZERO);
+    let lasts = c.duration(i.lasts.as_ref(), Duration::from_secs(600));
+    if lasts.is_zero() {
+        c.at(
+            i.lasts.as_ref().expect("zero is given"),
+            "an incident lasts a while",
+        );
+        return None;
+    }
+    Some(IncidentConfig {
+        service: service?,
+        kind,
+        at,
+        lasts,
+    })
 }
 
 fn deploy(c: &mut Checker<'_>, raw: &Spanned<RawDeploy>) -> Option<DeployConfig> {

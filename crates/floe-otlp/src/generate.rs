@@ -93,6 +93,47 @@ pub struct Deploy {
     pub latency_factor: f64,
 }
 
+/// Something going wrong in one service between two event times, for alerting to find.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Incident {
+    /// A service of [`SERVICES`].
+    pub service: String,
+    /// What goes wrong.
+    pub kind: IncidentKind,
+    /// Event time it starts, ns since the epoch.
+    pub from_unix_nano: u64,
+    /// Event time it ends (exclusive).
+    pub until_unix_nano: u64,
+}
+
+/// What an [`Incident`] does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IncidentKind {
+    /// Errors originate `factor` times as often in the service; they propagate to its callers
+    /// as any error does ([`PROPAGATION`]) — a failing dependency.
+    Errors {
+        /// Multiplies the rate of errors originating in the service.
+        factor: f64,
+    },
+    /// One endpoint (span name) of the service responds `factor` times slower.
+    Slow {
+        /// The span name.
+        endpoint: String,
+        /// Multiplies its latency.
+        factor: f64,
+    },
+    /// The service's connection pool ([`POOL_GAUGE`], reported in every metrics record once
+    /// the service has such an incident) climbs from its usual level to full over the
+    /// incident, then drops back.
+    Saturation,
+}
+
+/// The gauge a [`IncidentKind::Saturation`] drives: the share of the pool in use.
+pub const POOL_GAUGE: &str = "db.client.connection.usage";
+
+/// The pool gauge's usual level (± 0.03 of noise).
+pub const POOL_LEVEL: f64 = 0.35;
+
 /// Produces OTLP records (protobuf bytes) of all three signals.
 #[derive(Debug)]
 pub struct Generator {
@@ -104,6 +145,8 @@ pub struct Generator {
     recent: Vec<Vec<(Vec<u8>, Vec<u8>)>>,
     /// Rollouts, by event time.
     deploys: Vec<Deploy>,
+    /// Incidents.
+    incidents: Vec<Incident>,
     /// The gap between requests' starts (ns), drawn uniformly.
     gap: std::ops::Range<u64>,
 }
@@ -199,6 +242,7 @@ impl Generator {
             requests: 0,
             recent: vec![Vec::new(); SERVICES.len()],
             deploys: Vec::new(),
+            incidents: Vec::new(),
             gap: 100_000..2_000_000,
         }
     }
@@ -223,6 +267,68 @@ impl Generator {
         self.deploys.push(deploy);
         self.deploys.sort_by_key(|d| d.at_unix_nano);
         self
+    }
+
+    /// The generator with `incident`. Panics if its service is not one of [`SERVICES`], its
+    /// factor is not positive or it ends before it starts.
+    pub fn with_incident(mut self, incident: Incident) -> Self {
+        let tier = SERVICES
+            .iter()
+            .position(|(s, _)| *s == incident.service)
+            .unwrap_or_else(|| panic!("no service {}", incident.service));
+        match &incident.kind {
+            IncidentKind::Errors { factor } => assert!(*factor > 0.0),
+            IncidentKind::Slow { endpoint, factor } => {
+                assert!(*factor > 0.0);
+                assert!(
+                    SERVICES[tier].1.contains(&endpoint.as_str()),
+                    "no endpoint {endpoint} of {}",
+                    incident.service
+                );
+            }
+            IncidentKind::Saturation => {}
+        }
+        assert!(incident.from_unix_nano < incident.until_unix_nano);
+        self.incidents.push(incident);
+        self
+    }
+
+    /// The incidents of `tier` going on at `time`.
+    fn incidents_at(&self, tier: usize, time: u64) -> impl Iterator<Item = &IncidentKind> {
+        self.incidents
+            .iter()
+            .filter(move |i| {
+                i.service == SERVICES[tier].0
+                    && i.from_unix_nano <= time
+                    && time < i.until_unix_nano
+            })
+            .map(|i| &i.kind)
+    }
+
+    /// The pool gauge of `tier` at `time`, if an incident ever saturates it.
+    fn pool_usage(&mut self, tier: usize, time: u64) -> Option<f64> {
+        let mut saturations = self
+            .incidents
+            .iter()
+            .filter(|i| i.service == SERVICES[tier].0 && i.kind == IncidentKind::Saturation)
+            .peekable();
+        saturations.peek()?;
+        let climb = saturations
+            .filter(|i| i.from_unix_nano <= time && time < i.until_unix_nano)
+            .map(|i| {
+                (time - i.from_unix_nano) as f64 / (i.until_unix_nano - i.from_unix_nano) as f64
+            })
+            .fold(0.0, f64::max);
+        let noise = self.rng.random_range(-0.03..0.03);
+        Some((POOL_LEVEL + (1.0 - POOL_LEVEL) * climb + noise).clamp(0.0, 1.0))
+    }
+
+    /// The endpoints (span names) of generated service `service`.
+    pub fn endpoints(service: &str) -> Option<Vec<&'static str>> {
+        SERVICES
+            .iter()
+            .find(|(s, _)| *s == service)
+            .map(|(_, e)| e.to_vec())
     }
 
     /// The names of the generated services, callers first.
@@ -276,7 +382,14 @@ impl Generator {
             let mut origin = [false; SERVICES.len()];
             let mut failed = [false; SERVICES.len()];
             for tier in (0..SERVICES.len()).rev() {
-                let factor = deployed[tier].as_ref().map_or(1.0, |d| d.error_factor);
+                let incidents: f64 = self
+                    .incidents_at(tier, now)
+                    .map(|i| match i {
+                        IncidentKind::Errors { factor } => *factor,
+                        _ => 1.0,
+                    })
+                    .product();
+                let factor = deployed[tier].as_ref().map_or(1.0, |d| d.error_factor) * incidents;
                 origin[tier] = self
                     .rng
                     .random_bool((ERROR_ORIGINS[tier] * factor).min(1.0));
@@ -291,8 +404,15 @@ impl Generator {
             for (tier, (service, operations)) in SERVICES.iter().enumerate() {
                 let span_id = self.id::<8>();
                 let slower = deployed[tier].as_ref().map_or(1.0, |d| d.latency_factor);
-                let duration = (self.latency(40.0 / (tier + 1) as f64) as f64 * slower) as u64;
+                let mut duration = (self.latency(40.0 / (tier + 1) as f64) as f64 * slower) as u64;
                 let name = operations[self.rng.random_range(0..operations.len())];
+                for incident in self.incidents_at(tier, now) {
+                    if let IncidentKind::Slow { endpoint, factor } = incident
+                        && endpoint == name
+                    {
+                        duration = (duration as f64 * factor) as u64;
+                    }
+                }
                 let version = self.version(tier, now);
                 let mut events = Vec::new();
                 let message = if origin[tier] {
@@ -426,6 +546,7 @@ impl Generator {
         let time = self.clock;
         let start = time.saturating_sub(60_000_000_000);
         let mut resource_metrics = Vec::new();
+        let mut items = 0;
         for (i, (service, _)) in SERVICES.iter().enumerate() {
             let attrs = vec![kv("http.route", "/"), kv("region", "eu-west-1")];
             let bounds = vec![5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0];
@@ -440,7 +561,7 @@ impl Generator {
                 value: Some(value),
                 ..Default::default()
             };
-            let metrics = vec![
+            let mut metrics = vec![
                 Metric {
                     name: "process.cpu.utilization".into(),
                     unit: "1".into(),
@@ -531,6 +652,24 @@ impl Generator {
                     ..Default::default()
                 },
             ];
+            if let Some(usage) = self.pool_usage(i, time) {
+                metrics.push(Metric {
+                    name: POOL_GAUGE.into(),
+                    unit: "1".into(),
+                    description: "The share of the connection pool in use".into(),
+                    data: Some(metric::Data::Gauge(Gauge {
+                        data_points: vec![NumberDataPoint {
+                            attributes: vec![kv("db.client.connection.pool.name", "main")],
+                            start_time_unix_nano: start,
+                            time_unix_nano: time,
+                            value: Some(number_data_point::Value::AsDouble(usage)),
+                            ..Default::default()
+                        }],
+                    })),
+                    ..Default::default()
+                });
+            }
+            items += metrics.len();
             resource_metrics.push(ResourceMetrics {
                 resource: Some(resource(service, &self.version(i, time), 0)),
                 scope_metrics: vec![ScopeMetrics {
@@ -541,7 +680,6 @@ impl Generator {
                 ..Default::default()
             });
         }
-        let items = resource_metrics.len() * 5;
         Record {
             signal: Signal::Metrics,
             bytes: MetricsData { resource_metrics }.encode_to_vec(),
@@ -841,6 +979,15 @@ fn fresh(config: &crate::config::GeneratorConfig, seed: u64) -> Generator {
             latency_factor: d.latency_factor,
         });
     }
+    for i in &config.incidents {
+        let from = start + i.at.as_nanos() as u64;
+        generator = generator.with_incident(Incident {
+            service: i.service.clone(),
+            kind: i.kind.clone(),
+            from_unix_nano: from,
+            until_unix_nano: from + i.lasts.as_nanos() as u64,
+        });
+    }
     generator
 }
 
@@ -1037,5 +1184,124 @@ mod tests {
         };
         let slower = median(&mut after) / median(&mut before);
         assert!((1.35..1.65).contains(&slower), "median ×{slower}");
+    }
+
+    #[test]
+    fn incidents_raise_errors_slow_an_endpoint_and_fill_a_pool_in_their_window() {
+        let start = 1_700_000_000_000_000_000;
+        // Requests ~1.05 ms apart: 40,000 make 42 s; the incidents take 10 s to 30 s.
+        let (from, until) = (start + 10_000_000_000, start + 30_000_000_000);
+        let incident = |service: &str, kind| Incident {
+            service: service.into(),
+            kind,
+            from_unix_nano: from,
+            until_unix_nano: until,
+        };
+        let mut g = Generator::new(9, start)
+            .with_incident(incident("inventory", IncidentKind::Errors { factor: 20.0 }))
+            .with_incident(incident(
+                "checkout",
+                IncidentKind::Slow {
+                    endpoint: "PlaceOrder".into(),
+                    factor: 3.0,
+                },
+            ))
+            .with_incident(incident("payments", IncidentKind::Saturation));
+        let mut pool = Vec::new();
+        let mut spans = Vec::new();
+        for _ in 0..400 {
+            let traces = g.requests(100)[0].clone();
+            let data = TracesData::decode(traces.bytes.as_slice()).unwrap();
+            for rs in data.resource_spans {
+                let service = rs
+                    .resource
+                    .as_ref()
+                    .unwrap()
+                    .attributes
+                    .iter()
+                    .find(|a| a.key == "service.name")
+                    .and_then(|a| match &a.value.as_ref()?.value {
+                        Some(any_value::Value::StringValue(s)) => Some(s.clone()),
+                        _ => None,
+                    })
+                    .unwrap();
+                for span in rs.scope_spans.into_iter().flat_map(|s| s.spans) {
+                    spans.push((service.clone(), span));
+                }
+            }
+            let metrics = MetricsData::decode(g.metrics().bytes.as_slice()).unwrap();
+            for rm in metrics.resource_metrics {
+                for m in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
+                    if m.name != POOL_GAUGE {
+                        continue;
+                    }
+                    let Some(metric::Data::Gauge(gauge)) = &m.data else {
+                        panic!("{m:?}")
+                    };
+                    let p = &gauge.data_points[0];
+                    let Some(number_data_point::Value::AsDouble(v)) = p.value else {
+                        panic!("{p:?}")
+                    };
+                    pool.push((p.time_unix_nano, v));
+                }
+            }
+        }
+        let inside = |t: u64| (from..until).contains(&t);
+        // Errors originating in inventory: 20 times as often inside the window.
+        let origins = |within: bool| {
+            let side: Vec<_> = spans
+                .iter()
+                .filter(|(s, span)| s == "inventory" && inside(span.start_time_unix_nano) == within)
+                .collect();
+            side.iter()
+                .filter(|(_, span)| !span.events.is_empty())
+                .count() as f64
+                / side.len() as f64
+        };
+        let ratio = origins(true) / origins(false);
+        assert!((12.0..30.0).contains(&ratio), "origin rate ×{ratio}");
+        // Their callers fail more too (propagation), without exceptions of their own.
+        let failed = |service: &str, within: bool| {
+            let side: Vec<_> = spans
+                .iter()
+                .filter(|(s, span)| s == service && inside(span.start_time_unix_nano) == within)
+                .collect();
+            let n = side
+                .iter()
+                .filter(|(_, span)| span.status.as_ref().unwrap().code == 2)
+                .count();
+            n as f64 / side.len() as f64
+        };
+        assert!(failed("frontend", true) > 3.0 * failed("frontend", false));
+        // Only checkout's PlaceOrder is slower, three times.
+        let median = |service: &str, endpoint: &str, within: bool| {
+            let mut d: Vec<u64> = spans
+                .iter()
+                .filter(|(s, span)| {
+                    s == service
+                        && span.name == endpoint
+                        && inside(span.start_time_unix_nano) == within
+                })
+                .map(|(_, span)| span.end_time_unix_nano - span.start_time_unix_nano)
+                .collect();
+            d.sort();
+            d[d.len() / 2] as f64
+        };
+        let slower =
+            median("checkout", "PlaceOrder", true) / median("checkout", "PlaceOrder", false);
+        assert!((2.5..3.5).contains(&slower), "PlaceOrder ×{slower}");
+        let same = median("checkout", "GetCart", true) / median("checkout", "GetCart", false);
+        assert!((0.85..1.15).contains(&same), "GetCart ×{same}");
+        // Only payments reports the pool, at its level outside and climbing to full inside.
+        assert_eq!(pool.len(), 400);
+        for (t, v) in &pool {
+            if inside(*t) {
+                let climb = (*t - from) as f64 / (until - from) as f64;
+                let expected = POOL_LEVEL + (1.0 - POOL_LEVEL) * climb;
+                assert!((v - expected).abs() <= 0.031, "{v} at {climb}");
+            } else {
+                assert!((v - POOL_LEVEL).abs() <= 0.031, "{v}");
+            }
+        }
     }
 }

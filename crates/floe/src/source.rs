@@ -497,4 +497,46 @@ mod tests {
             "{elsewhere}"
         );
     }
+
+    /// A generator job with `incidents`.
+    fn incident_problems(incidents: &str) -> String {
+        let text = format!(
+            "{HEAD}[source.generator]\nrequests_per_second = 10\nincidents = [{incidents}]\n"
+        );
+        match JobConfig::from_toml::<RawSource>(None, &text) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn generator_incidents_are_checked_with_their_place() {
+        assert_eq!(
+            incident_problems(
+                "{ service = \"inventory\", kind = \"errors\", at = \"40m\", for = \"10m\", factor = 20 }, \
+                 { service = \"checkout\", kind = \"slow\", endpoint = \"PlaceOrder\", at = \"1h\" }, \
+                 { service = \"payments\", kind = \"saturation\", at = \"80m\", for = \"30m\" }"
+            ),
+            ""
+        );
+        let service = incident_problems("{ service = \"nope\", kind = \"errors\" }");
+        assert!(
+            service.contains(":7:26") && service.contains("the generator's services are"),
+            "{service}"
+        );
+        let kind = incident_problems("{ service = \"payments\", kind = \"fire\" }");
+        assert!(
+            kind.contains("\"errors\", \"slow\" or \"saturation\""),
+            "{kind}"
+        );
+        let endpoint =
+            incident_problems("{ service = \"payments\", kind = \"slow\", endpoint = \"GET /\" }");
+        assert!(
+            endpoint.contains("the endpoints of payments are Charge, Refund"),
+            "{endpoint}"
+        );
+        let factor =
+            incident_problems("{ service = \"payments\", kind = \"errors\", factor = -1 }");
+        assert!(factor.contains("a factor is a positive number"), "{factor}");
+    }
 }
