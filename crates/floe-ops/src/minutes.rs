@@ -429,9 +429,12 @@ impl Minutes {
             .collect()
     }
 
-    /// The window's statistics.
-    pub(crate) fn stats(&self) -> OperatorStats {
-        self.window.stats()
+    /// The operator's statistics: the window's, with the operator's own late rows.
+    pub(crate) fn stats(&self, late_rows: u64) -> OperatorStats {
+        OperatorStats {
+            late_rows,
+            ..self.window.stats()
+        }
     }
 }
 

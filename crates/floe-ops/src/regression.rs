@@ -55,7 +55,7 @@ use crate::minutes::{
     Closed, MINUTE, Minutes, ROW_COLUMN, RequestColumns, RequestValues, checked_input, inner_rows,
     late_input_rows, strings_of,
 };
-use crate::window::{event_times, iceberg_schema, late_stream, timestamp};
+use crate::window::{event_times, final_stream, iceberg_schema, late_stream, timestamp};
 use crate::{Context, OpError, OpResult, Operator, OperatorStats};
 
 /// A `regression` operator as configured.
@@ -398,21 +398,7 @@ impl Regression {
         )?;
         let verdicts = Schema::new(verdict_fields());
         let outputs = vec![
-            StreamSpec {
-                name: spec.output.clone(),
-                table: spec.output.clone(),
-                schema: Some(iceberg_schema(&verdicts, &[])?),
-                changelog: false,
-                key: Vec::new(),
-                time_column: Some("decided_at".into()),
-                partition: vec![("decided_at".into(), iceberg::spec::Transform::Day)],
-                bloom_filter_columns: Vec::new(),
-                plain_columns: Vec::new(),
-                properties: vec![(
-                    floe_core::exchange::FINAL_PER_MINUTE.to_string(),
-                    "decided_at".to_string(),
-                )],
-            },
+            final_stream(&spec.output, iceberg_schema(&verdicts, &[])?, "decided_at"),
             late_stream(input, &arrow, &spec.late_output)?,
         ];
         Ok(Self {
@@ -982,12 +968,7 @@ impl Operator for Regression {
     }
 
     fn stats(&self) -> OperatorStats {
-        let inner = self.minutes.stats();
-        OperatorStats {
-            open_windows: inner.open_windows,
-            late_rows: self.late_rows,
-            timers: inner.timers,
-        }
+        self.minutes.stats(self.late_rows)
     }
 }
 

@@ -51,7 +51,7 @@ use crate::minutes::{
     Closed, MINUTE, Minutes, RequestColumns, checked_input, inner_rows, late_input_rows, strings_of,
 };
 use crate::timers::EXPIRY;
-use crate::window::{event_times, iceberg_schema, late_stream, timestamp};
+use crate::window::{event_times, final_stream, iceberg_schema, late_stream, timestamp};
 use crate::{Context, OpError, OpResult, Operator, OperatorStats};
 
 /// Minutes in a day.
@@ -605,21 +605,11 @@ impl SeriesOperator {
         fields.push(Field::new("values", DataType::Int64, false));
         let rows = Schema::new(fields);
         let stream = |name: &str| -> Result<StreamSpec, String> {
-            Ok(StreamSpec {
-                name: name.to_string(),
-                table: name.to_string(),
-                schema: Some(iceberg_schema(&rows, &[])?),
-                changelog: false,
-                key: Vec::new(),
-                time_column: Some("window_start".into()),
-                partition: vec![("window_start".into(), iceberg::spec::Transform::Day)],
-                bloom_filter_columns: Vec::new(),
-                plain_columns: Vec::new(),
-                properties: vec![(
-                    floe_core::exchange::FINAL_PER_MINUTE.to_string(),
-                    "window_start".to_string(),
-                )],
-            })
+            Ok(final_stream(
+                name,
+                iceberg_schema(&rows, &[])?,
+                "window_start",
+            ))
         };
         let outputs = vec![
             stream(&spec.output)?,
@@ -1090,12 +1080,7 @@ impl Operator for SeriesOperator {
     }
 
     fn stats(&self) -> OperatorStats {
-        let inner = self.minutes.stats();
-        OperatorStats {
-            open_windows: inner.open_windows,
-            late_rows: self.late_rows,
-            timers: inner.timers,
-        }
+        self.minutes.stats(self.late_rows)
     }
 }
 

@@ -51,7 +51,7 @@ use crate::minutes::{
     Closed, MINUTE, Minutes, ROW_COLUMN, RequestColumns, checked_input, inner_rows,
     late_input_rows, strings_of,
 };
-use crate::window::{event_times, iceberg_schema, late_stream, timestamp};
+use crate::window::{event_times, final_stream, iceberg_schema, late_stream, timestamp};
 use crate::{Context, OpError, OpResult, Operator, OperatorStats};
 
 /// What makes a request good.
@@ -330,21 +330,7 @@ impl Slo {
         let status_iceberg = iceberg_schema(&status, &[])?;
         let late_stream = late_stream(input, &arrow, &spec.late_output)?;
         let outputs = vec![
-            StreamSpec {
-                name: spec.output.clone(),
-                table: spec.output.clone(),
-                schema: Some(status_iceberg),
-                changelog: false,
-                key: Vec::new(),
-                time_column: Some("window_start".into()),
-                partition: vec![("window_start".into(), iceberg::spec::Transform::Day)],
-                bloom_filter_columns: Vec::new(),
-                plain_columns: Vec::new(),
-                properties: vec![(
-                    floe_core::exchange::FINAL_PER_MINUTE.to_string(),
-                    "window_start".to_string(),
-                )],
-            },
+            final_stream(&spec.output, status_iceberg, "window_start"),
             late_stream,
         ];
         let lengths = spec
@@ -863,12 +849,7 @@ impl Operator for Slo {
     }
 
     fn stats(&self) -> OperatorStats {
-        let inner = self.minutes.stats();
-        OperatorStats {
-            open_windows: inner.open_windows,
-            late_rows: self.late_rows,
-            timers: inner.timers,
-        }
+        self.minutes.stats(self.late_rows)
     }
 }
 

@@ -246,6 +246,30 @@ pub(crate) fn timestamp() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
 }
 
+/// An operator's output stream `name` of rows final per minute of `time_column`
+/// ([`floe_core::exchange::FINAL_PER_MINUTE`]): append-only, partitioned by its day.
+pub(crate) fn final_stream(
+    name: &str,
+    schema: iceberg::spec::Schema,
+    time_column: &str,
+) -> StreamSpec {
+    StreamSpec {
+        name: name.to_string(),
+        table: name.to_string(),
+        schema: Some(schema),
+        changelog: false,
+        key: Vec::new(),
+        time_column: Some(time_column.into()),
+        partition: vec![(time_column.into(), iceberg::spec::Transform::Day)],
+        bloom_filter_columns: Vec::new(),
+        plain_columns: Vec::new(),
+        properties: vec![(
+            floe_core::exchange::FINAL_PER_MINUTE.to_string(),
+            time_column.to_string(),
+        )],
+    }
+}
+
 /// The late-rows stream `name` of an operator over `input` (whose columns are `arrow`): the
 /// input's columns, then `late_reason` and `late_watermark`.
 pub(crate) fn late_stream(
@@ -498,21 +522,11 @@ impl Window {
             if matches!(spec.kind, WindowKind::Session { .. }) {
                 return Err("a session window has no final output".into());
             }
-            outputs.push(StreamSpec {
-                name: name.clone(),
-                table: name.clone(),
-                schema: Some(iceberg_schema(&rollup, &[])?),
-                changelog: false,
-                key: Vec::new(),
-                time_column: Some("window_start".into()),
-                partition: vec![("window_start".into(), iceberg::spec::Transform::Day)],
-                bloom_filter_columns: Vec::new(),
-                plain_columns: Vec::new(),
-                properties: vec![(
-                    floe_core::exchange::FINAL_PER_MINUTE.to_string(),
-                    "window_start".to_string(),
-                )],
-            });
+            outputs.push(final_stream(
+                name,
+                iceberg_schema(&rollup, &[])?,
+                "window_start",
+            ));
         }
         Ok(Self {
             time_index,
