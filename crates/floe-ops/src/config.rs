@@ -104,6 +104,7 @@ use toml::Spanned;
 
 use crate::Operator;
 use crate::aggregate::{Aggregate, parse_aggregate};
+use crate::alerts::{Alerts, AlertsSpec, Rule};
 use crate::anomaly::{AnomalySettings, Direction};
 use crate::edges::{Edges, EdgesSpec};
 use crate::forecast::{Crossing, ForecastSettings};
@@ -211,6 +212,58 @@ pub struct RawOperator {
     /// `window` (tumbling, sliding), `edges`: the stream of each window's row once more when
     /// it can no longer change (`edges`: default `<output>_final`; windows: none).
     pub final_output: Option<Text>,
+    /// `alerts`: the conditions that raise alerts.
+    pub rules: Option<Vec<Spanned<RawRule>>>,
+    /// `alerts`: lifecycle and root-cause settings.
+    pub alerts: Option<Spanned<RawAlerts>>,
+}
+
+/// `[[operators]] rules = [{…}]` of an `alerts` operator, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    /// Unique among the operator's rules.
+    pub name: Option<Text>,
+    /// The union's input whose rows it reads.
+    pub stream: Option<Text>,
+    /// SQL condition on those rows (default: every row).
+    pub when: Option<Text>,
+    /// Columns naming one alert (default: the service column).
+    pub key: Option<Vec<Text>>,
+    /// The column naming the service (default: the operator's `service_column`).
+    pub service: Option<Text>,
+    /// SQL expression of the value shown.
+    pub value: Option<Text>,
+    /// A label for routing (default `page`).
+    pub severity: Option<Text>,
+    /// How long the rule must hold before the alert fires (default: the operator's).
+    #[serde(rename = "for")]
+    pub hold: Option<Text>,
+    /// How long an alert keeps firing after the rule stops holding (default: the operator's).
+    pub keep_firing_for: Option<Text>,
+}
+
+/// `[[operators]] alerts = {…}` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAlerts {
+    /// Default `for` of the rules (`2m`).
+    #[serde(rename = "for")]
+    pub hold: Option<Text>,
+    /// Default `keep_firing_for` of the rules (`5m`).
+    pub keep_firing_for: Option<Text>,
+    /// An alert firing again this soon after it resolved is suppressed (`30m`).
+    pub suppress_for: Option<Text>,
+    /// The union's input with the service map (`caller_service`, `callee_service`).
+    pub topology: Option<Text>,
+    /// How long an edge of the service map is remembered (`15m`).
+    pub topology_window: Option<Text>,
+    /// The union's input with each service's health (`score`).
+    pub health: Option<Text>,
+    /// A service whose score reached this is a root-cause candidate (3).
+    pub root_cause_score: Option<Spanned<f64>>,
+    /// How much health before an alert is looked at (`5m`).
+    pub root_cause_window: Option<Text>,
 }
 
 /// `[[operators]] forecast = {…}` as written.
@@ -334,6 +387,8 @@ pub enum OperatorKind {
     Edges(EdgesSpec),
     /// `anomaly` and `forecast`.
     Series(SeriesSpec),
+    /// `alerts`.
+    Alerts(AlertsSpec),
     /// `union`.
     Union,
     /// `exchange`: not an operator of the pipeline — its input's rows go to a topic, and the
@@ -387,6 +442,7 @@ impl OperatorConfig {
                 | OperatorKind::Regression(_)
                 | OperatorKind::Edges(_)
                 | OperatorKind::Series(_)
+                | OperatorKind::Alerts(_)
         )
     }
 
@@ -398,6 +454,7 @@ impl OperatorConfig {
             OperatorKind::Regression(spec) => Some(spec.fingerprint()),
             OperatorKind::Edges(spec) => Some(spec.fingerprint()),
             OperatorKind::Series(spec) => Some(spec.fingerprint()),
+            OperatorKind::Alerts(spec) => Some(spec.fingerprint()),
             OperatorKind::Sql { .. } | OperatorKind::Exchange(_) | OperatorKind::Union => None,
         }
     }
@@ -426,6 +483,7 @@ impl OperatorConfig {
             OperatorKind::Regression(spec) => Box::new(Regression::new(spec.clone(), input)?),
             OperatorKind::Edges(spec) => Box::new(Edges::new(spec.clone(), input)?),
             OperatorKind::Series(spec) => Box::new(SeriesOperator::new(spec.clone(), input)?),
+            OperatorKind::Alerts(spec) => Box::new(Alerts::new(spec.clone(), input)?),
             OperatorKind::Exchange(_) => {
                 return Err("an exchange is the reader's, not an operator of the pipeline".into());
             }
@@ -491,6 +549,7 @@ impl OperatorConfig {
                 micros_text(e.allowed_lateness)
             ),
             OperatorKind::Series(a) => a.describe(),
+            OperatorKind::Alerts(a) => a.describe(),
             OperatorKind::Union => format!("union of {}", self.inputs.join(", ")),
             OperatorKind::Window(w) => {
                 let shape = match w.kind {
@@ -589,7 +648,7 @@ pub fn check_pipeline(
                 id_value,
                 format!(
                     "operator {id} needs a `kind`: filter, select, window, exchange, slo, \
-                     regression, edges, anomaly, forecast or union"
+                     regression, edges, anomaly, forecast, union or alerts"
                 ),
             );
             continue;
@@ -644,7 +703,7 @@ pub fn check_pipeline(
                 );
             }
         };
-        if !["slo", "regression", "edges"].contains(&kind_name.as_str()) {
+        if !["slo", "regression", "edges", "alerts"].contains(&kind_name.as_str()) {
             not_for(c, "service_column", raw.service_column.is_some());
             not_for(c, "error_column", raw.error_column.is_some());
             not_for(c, "duration_column", raw.duration_column.is_some());
@@ -671,6 +730,10 @@ pub fn check_pipeline(
         if !["anomaly", "forecast"].contains(&kind_name.as_str()) {
             not_for(c, "measures", !raw.measures.is_empty());
             not_for(c, "scores_output", raw.scores_output.is_some());
+        }
+        if kind_name != "alerts" {
+            not_for(c, "rules", raw.rules.is_some());
+            not_for(c, "alerts", raw.alerts.is_some());
         }
         if kind_name != "exchange" {
             not_for(c, "partitions", raw.partitions.is_some());
@@ -823,6 +886,28 @@ pub fn check_pipeline(
                 not_for(c, "time_column", raw.time_column.is_some());
                 OperatorKind::Union
             }
+            "alerts" => {
+                not_for(c, "where", raw.predicate.is_some());
+                not_for(c, "columns", raw.columns.is_some());
+                not_for(c, "window", raw.window.is_some());
+                not_for(c, "key", raw.key.is_some());
+                not_for(c, "aggregates", !raw.aggregates.is_empty());
+                let Some(settings) = alerts(c, &id, raw, kind_value) else {
+                    continue;
+                };
+                OperatorKind::Alerts(AlertsSpec {
+                    // Resolved against the input stream by `resolve_time`.
+                    time_column: c.opt(raw.time_column.as_ref()).unwrap_or_default(),
+                    allowed_lateness: c
+                        .duration_or_zero(raw.allowed_lateness.as_ref(), Duration::ZERO)
+                        .as_micros() as i64,
+                    output: output.clone(),
+                    late_output: c
+                        .opt(raw.late_output.as_ref())
+                        .unwrap_or_else(|| format!("{output}_late")),
+                    ..settings
+                })
+            }
             "anomaly" | "forecast" => {
                 not_for(c, "where", raw.predicate.is_some());
                 not_for(c, "columns", raw.columns.is_some());
@@ -884,7 +969,7 @@ pub fn check_pipeline(
                     kind_value,
                     format!(
                         "there is no operator kind {other:?}; use filter, select, window, \
-                         exchange, slo, regression, edges, anomaly, forecast or union"
+                         exchange, slo, regression, edges, anomaly, forecast, union or alerts"
                     ),
                 );
                 continue;
@@ -899,6 +984,7 @@ pub fn check_pipeline(
             OperatorKind::Edges(e) => outputs.push(e.final_output.clone()),
             OperatorKind::Slo(spec) => outputs.push(spec.late_output.clone()),
             OperatorKind::Regression(spec) => outputs.push(spec.late_output.clone()),
+            OperatorKind::Alerts(spec) => outputs.push(spec.late_output.clone()),
             OperatorKind::Series(spec) => {
                 outputs.push(spec.late_output.clone());
                 outputs.push(spec.scores_output.clone());
@@ -1304,7 +1390,9 @@ pub fn exchange_output(op: &OperatorConfig, input: &StreamSpec) -> Result<Stream
     }
     let derived = floe_core::exchange::final_per_minute(input).is_some()
         || !crate::union::final_streams(input).is_empty();
-    if floe_core::exchange::is_exchanged(input) && !derived {
+    if floe_core::exchange::is_exchanged(input)
+        && floe_core::exchange::final_per_minute(input).is_none()
+    {
         return Err(format!(
             "stream {} is read back from an exchange: exchange the stream it came from by the \
              new key instead",
@@ -1337,20 +1425,36 @@ pub fn exchange_output(op: &OperatorConfig, input: &StreamSpec) -> Result<Stream
         }
     }
     let name = op.outputs[0].clone();
+    let mut properties = vec![
+        (
+            floe_core::exchange::EXCHANGED_FROM.to_string(),
+            op.id.clone(),
+        ),
+        (
+            floe_core::exchange::EXCHANGED_BY.to_string(),
+            x.key.join(","),
+        ),
+    ];
+    if x.partitions == 1 {
+        // Every row in one partition: what a global stage (alerts) needs.
+        properties.push((
+            floe_core::exchange::ONE_PARTITION.to_string(),
+            "true".to_string(),
+        ));
+    }
+    // Which of a union's inputs are final per minute (alerts check their rules' streams).
+    properties.extend(
+        input
+            .properties
+            .iter()
+            .filter(|(k, _)| k == crate::union::FINAL_STREAMS)
+            .cloned(),
+    );
     Ok(StreamSpec {
         table: name.clone(),
         name,
         schema: Some(schema.clone()),
-        properties: vec![
-            (
-                floe_core::exchange::EXCHANGED_FROM.to_string(),
-                op.id.clone(),
-            ),
-            (
-                floe_core::exchange::EXCHANGED_BY.to_string(),
-                x.key.join(","),
-            ),
-        ],
+        properties,
         ..input.clone()
     })
 }
@@ -1629,6 +1733,125 @@ fn forecast(c: &mut Checker<'_>, raw: &RawOperator, at: &Text) -> Option<Forecas
 }
 
 /// A duration of whole minutes, at least one, or `default` minutes when not given.
+/// The rules and settings of an `alerts` operator (time, lateness and streams left empty).
+fn alerts(c: &mut Checker<'_>, id: &str, raw: &RawOperator, at: &Text) -> Option<AlertsSpec> {
+    use crate::alerts as d;
+    let empty = RawAlerts::default();
+    let a = raw.alerts.as_ref().map_or(&empty, |a| a.get_ref());
+    let minutes = |c: &mut Checker<'_>, v: Option<&Text>, default: i64, name: &str| {
+        let d = c.duration_or_zero(v, Duration::from_secs(default as u64 * 60));
+        if let Some(v) = v
+            && !d.as_secs().is_multiple_of(60)
+        {
+            c.at(v, format!("`{name}` is whole minutes"));
+            return None;
+        }
+        Some((d.as_secs() / 60) as i64)
+    };
+    let hold = minutes(c, a.hold.as_ref(), d::DEFAULT_FOR_MINUTES, "for")?;
+    let keep = minutes(
+        c,
+        a.keep_firing_for.as_ref(),
+        d::DEFAULT_KEEP_FIRING_MINUTES,
+        "keep_firing_for",
+    )?;
+    let suppress = minutes(
+        c,
+        a.suppress_for.as_ref(),
+        d::DEFAULT_SUPPRESS_MINUTES,
+        "suppress_for",
+    )?;
+    let topology_minutes = whole_minutes(
+        c,
+        a.topology_window.as_ref(),
+        d::DEFAULT_TOPOLOGY_MINUTES,
+        "topology_window",
+    )?;
+    let root_cause_minutes = whole_minutes(
+        c,
+        a.root_cause_window.as_ref(),
+        d::DEFAULT_ROOT_CAUSE_MINUTES,
+        "root_cause_window",
+    )?;
+    let root_cause_score = match &a.root_cause_score {
+        None => d::DEFAULT_ROOT_CAUSE_SCORE,
+        Some(x) if x.get_ref().is_finite() => *x.get_ref(),
+        Some(x) => {
+            c.at(x, "`root_cause_score` is a number");
+            return None;
+        }
+    };
+    let service_column = column_or(c, &raw.service_column, "service_name");
+    let Some(raw_rules) = raw.rules.as_ref().filter(|r| !r.is_empty()) else {
+        c.at(
+            at,
+            format!(
+                "alerts {id} needs `rules`, e.g. [{{ name = \"error-anomaly\", stream = \
+                 \"service_anomalies\", when = \"measure = 'error_rate'\" }}]"
+            ),
+        );
+        return None;
+    };
+    let mut rules = Vec::new();
+    let mut names = BTreeSet::new();
+    let mut ok = true;
+    for spanned in raw_rules {
+        let r = spanned.get_ref();
+        let (Some(name), Some(stream)) = (&r.name, &r.stream) else {
+            c.at(spanned, "a rule needs a `name` and the `stream` it reads");
+            ok = false;
+            continue;
+        };
+        let name_text = c.text(name);
+        if !name_ok(&name_text) {
+            c.at(name, "a rule's name is letters, digits, '_', '-' or '.'");
+            ok = false;
+        } else if !names.insert(name_text.clone()) {
+            c.at(name, format!("two rules are named {name_text}"));
+            ok = false;
+        }
+        let service = column_or(c, &r.service, &service_column);
+        let key = match &r.key {
+            Some(k) => k.iter().map(|k| c.text(k)).collect(),
+            None => vec![service.clone()],
+        };
+        let (Some(for_minutes), Some(keep_firing_minutes)) = (
+            minutes(c, r.hold.as_ref(), hold, "for"),
+            minutes(c, r.keep_firing_for.as_ref(), keep, "keep_firing_for"),
+        ) else {
+            ok = false;
+            continue;
+        };
+        rules.push(Rule {
+            name: name_text,
+            stream: c.text(stream),
+            when: c.opt(r.when.as_ref()),
+            key,
+            service,
+            value: c.opt(r.value.as_ref()),
+            severity: c.opt(r.severity.as_ref()).unwrap_or_else(|| "page".into()),
+            for_minutes,
+            keep_firing_minutes,
+        });
+    }
+    ok.then(|| AlertsSpec {
+        id: id.to_string(),
+        time_column: String::new(),
+        out_of_orderness: 0,
+        allowed_lateness: 0,
+        rules,
+        topology: c.opt(a.topology.as_ref()),
+        health: c.opt(a.health.as_ref()),
+        service_column,
+        root_cause_score,
+        root_cause_minutes,
+        topology_minutes,
+        suppress_minutes: suppress,
+        output: String::new(),
+        late_output: String::new(),
+    })
+}
+
 fn whole_minutes(c: &mut Checker<'_>, v: Option<&Text>, default: i64, name: &str) -> Option<i64> {
     let d = c.duration(v, Duration::from_secs(default as u64 * 60));
     if let Some(v) = v
@@ -1729,6 +1952,7 @@ pub fn resolve_time(pipeline: &mut Pipeline, source: &[StreamSpec]) -> Vec<(Stri
                 OperatorKind::Slo(spec) => spec.late_output == name,
                 OperatorKind::Regression(spec) => spec.late_output == name,
                 OperatorKind::Series(spec) => spec.late_output == name,
+                OperatorKind::Alerts(spec) => spec.late_output == name,
                 _ => false,
             };
             let derived = match &producer.kind {
@@ -1765,6 +1989,7 @@ pub fn resolve_time(pipeline: &mut Pipeline, source: &[StreamSpec]) -> Vec<(Stri
             OperatorKind::Regression(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             OperatorKind::Edges(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             OperatorKind::Series(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
+            OperatorKind::Alerts(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             _ => continue,
         };
         *ooo = time.out_of_orderness.as_micros() as i64;

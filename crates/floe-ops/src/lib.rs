@@ -24,10 +24,12 @@
 //! alerts per objective, on a window of its own), [`regression::Regression`] (deploys judged
 //! against the version they replace), [`edges::Edges`] (the service map) and
 //! [`series::SeriesOperator`] (per-series minutes judged by a model: anomalies against a
-//! robust baseline, saturation forecasts by a linear trend), and [`union::Union`] (several
-//! streams as one, the only operator with several inputs).
+//! robust baseline, saturation forecasts by a linear trend), [`union::Union`] (several
+//! streams as one, the only operator with several inputs) and [`alerts::Alerts`] (facts of
+//! every service in one partition become alerts with a lifecycle and root-cause candidates).
 
 pub mod aggregate;
+pub mod alerts;
 pub mod anomaly;
 pub mod codec;
 pub mod config;

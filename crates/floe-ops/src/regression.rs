@@ -398,7 +398,12 @@ impl Regression {
         )?;
         let verdicts = Schema::new(verdict_fields());
         let outputs = vec![
-            final_stream(&spec.output, iceberg_schema(&verdicts, &[])?, "decided_at"),
+            final_stream(
+                &spec.output,
+                iceberg_schema(&verdicts, &[])?,
+                "decided_at",
+                input,
+            ),
             late_stream(input, &arrow, &spec.late_output)?,
         ];
         Ok(Self {

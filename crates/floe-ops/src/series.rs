@@ -609,6 +609,7 @@ impl SeriesOperator {
                 name,
                 iceberg_schema(&rows, &[])?,
                 "window_start",
+                input,
             ))
         };
         let outputs = vec![

@@ -330,7 +330,7 @@ impl Slo {
         let status_iceberg = iceberg_schema(&status, &[])?;
         let late_stream = late_stream(input, &arrow, &spec.late_output)?;
         let outputs = vec![
-            final_stream(&spec.output, status_iceberg, "window_start"),
+            final_stream(&spec.output, status_iceberg, "window_start", input),
             late_stream,
         ];
         let lengths = spec

@@ -246,6 +246,55 @@ impl Sql {
     }
 }
 
+/// SQL expressions and a condition over a stream's rows, planned once — what an `alerts`
+/// rule evaluates on the rows of its stream.
+pub(crate) struct Expressions {
+    plan: Plan,
+}
+
+impl Expressions {
+    /// `columns` where `predicate` holds, over rows of `input`'s columns (rows may carry more
+    /// columns after them).
+    pub(crate) fn new(
+        input: &Schema,
+        columns: &[String],
+        predicate: Option<&str>,
+    ) -> Result<Self, String> {
+        Ok(Self {
+            plan: plan(input, Some(columns), predicate)?,
+        })
+    }
+
+    /// The rows of `batch` where the condition holds, and each column's values at them.
+    pub(crate) fn evaluate(
+        &self,
+        batch: &RecordBatch,
+    ) -> Result<(Vec<u32>, Vec<ArrayRef>), String> {
+        let df = |e: datafusion::error::DataFusionError| e.strip_backtrace().to_string();
+        let rows: Vec<u32> = match &self.plan.predicate {
+            Some(p) => {
+                let keep = mask(p, batch).map_err(df)?;
+                (0..batch.num_rows() as u32)
+                    .filter(|r| keep.value(*r as usize))
+                    .collect()
+            }
+            None => (0..batch.num_rows() as u32).collect(),
+        };
+        let take = arrow_array::UInt32Array::from(rows.clone());
+        let mut columns = Vec::new();
+        for e in self.plan.columns.iter().flatten() {
+            let all = e
+                .evaluate(batch)
+                .and_then(|v| v.into_array(batch.num_rows()))
+                .map_err(df)?;
+            columns.push(
+                arrow_select::take::take(all.as_ref(), &take, None).map_err(|e| e.to_string())?,
+            );
+        }
+        Ok((rows, columns))
+    }
+}
+
 fn mask(
     predicate: &Arc<dyn PhysicalExpr>,
     batch: &RecordBatch,

@@ -7,7 +7,9 @@
 //! would in Flink, so a union feeds an exchange or an operator that keys by `stream` (ADR
 //! 0010).
 //!
-//! Inputs must be append streams with the same event-time column (or none). The output is in
+//! Inputs must be append streams, all with an event time or none. The output is timed by the
+//! first input's time column; rows of an input timed by another column carry their event time
+//! there too (a deploy verdict's `decided_at` as a minute's `window_start`). The output is in
 //! one partition when every input is (the generator's streams), else it is an ordinary stream
 //! whose partitions are its inputs'.
 
@@ -68,10 +70,10 @@ impl Union {
                     input.name
                 ));
             }
-            if input.time_column != inputs[0].time_column {
+            if input.time_column.is_some() != inputs[0].time_column.is_some() {
                 return Err(format!(
-                    "stream {} is timed by {:?} and {} by {:?}: select the event time of both \
-                     under one name",
+                    "stream {} is timed by {:?} and {} by {:?}: a union's inputs all have an \
+                     event time or none has",
                     inputs[0].name, inputs[0].time_column, input.name, input.time_column
                 ));
             }
@@ -108,17 +110,43 @@ impl Union {
             }
             arrows.push(arrow);
         }
-        let inputs_map = inputs
-            .iter()
-            .zip(&arrows)
-            .map(|(input, arrow)| {
-                let columns = fields
-                    .iter()
-                    .map(|f| arrow.index_of(f.name()).ok())
-                    .collect();
-                (input.name.clone(), columns)
-            })
-            .collect();
+        // The output is timed by the first input's time column; an input timed by another
+        // column carries its own event time there.
+        let time = inputs[0].time_column.as_deref();
+        let mut inputs_map = Vec::with_capacity(inputs.len());
+        for (input, arrow) in inputs.iter().zip(&arrows) {
+            let own_time = input.time_column.as_deref();
+            let mut columns = Vec::with_capacity(fields.len());
+            for f in &fields {
+                let name = f.name().as_str();
+                if Some(name) == time && own_time != time {
+                    if arrow.index_of(name).is_ok() {
+                        return Err(format!(
+                            "stream {} is timed by {:?} and has a column {name}, which the \
+                             union fills with its event time: rename one",
+                            input.name, own_time
+                        ));
+                    }
+                    let own = own_time.and_then(|t| arrow.index_of(t).ok());
+                    if let Some(i) = own
+                        && !same_type(arrow.field(i).data_type(), f.data_type())
+                    {
+                        return Err(format!(
+                            "stream {}'s event time {:?} is {}, and {name} is {}: select them as \
+                             one type",
+                            input.name,
+                            own_time,
+                            arrow.field(i).data_type(),
+                            f.data_type()
+                        ));
+                    }
+                    columns.push(own);
+                } else {
+                    columns.push(arrow.index_of(name).ok());
+                }
+            }
+            inputs_map.push((input.name.clone(), columns));
+        }
         fields.push(Field::new(STREAM_COLUMN, DataType::Utf8, false));
         let schema = Schema::new(fields);
         let mut properties = Vec::new();
@@ -168,6 +196,32 @@ impl Union {
     }
 }
 
+/// `data` as type `ty`, which is its own type under other field names' metadata (ids):
+/// nested children are relabelled too.
+fn relabel(
+    data: arrow_data::ArrayData,
+    ty: &DataType,
+) -> Result<arrow_data::ArrayData, arrow_schema::ArrowError> {
+    let children = match ty {
+        DataType::List(f) | DataType::LargeList(f) | DataType::Map(f, _) => data
+            .child_data()
+            .iter()
+            .map(|c| relabel(c.clone(), f.data_type()))
+            .collect::<Result<Vec<_>, _>>()?,
+        DataType::Struct(fields) => data
+            .child_data()
+            .iter()
+            .zip(fields.iter())
+            .map(|(c, f)| relabel(c.clone(), f.data_type()))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => data.child_data().to_vec(),
+    };
+    data.into_builder()
+        .data_type(ty.clone())
+        .child_data(children)
+        .build()
+}
+
 /// Whether two column types are one (field ids and nullability aside).
 fn same_type(a: &DataType, b: &DataType) -> bool {
     match (a, b) {
@@ -215,13 +269,9 @@ impl Operator for Union {
                         array
                     } else {
                         // The same type under other field ids: take the output's.
-                        let data = array
-                            .to_data()
-                            .into_builder()
-                            .data_type(field.data_type().clone());
-                        arrow_array::make_array(
-                            data.build().map_err(|e| self.invalid(e.to_string()))?,
-                        )
+                        let data = relabel(array.to_data(), field.data_type())
+                            .map_err(|e| self.invalid(e.to_string()))?;
+                        arrow_array::make_array(data)
                     }
                 }
                 _ => new_null_array(field.data_type(), rows),
@@ -321,6 +371,39 @@ mod tests {
     }
 
     #[test]
+    fn an_input_timed_by_another_column_carries_its_time_in_the_first_inputs() {
+        let a = stream("a", &[("ts", PrimitiveType::Long)]);
+        let c = StreamSpec {
+            time_column: Some("at".into()),
+            ..stream(
+                "c",
+                &[("at", PrimitiveType::Long), ("v", PrimitiveType::Long)],
+            )
+        };
+        let mut union = Union::new("u", "both", &[a, c]).unwrap();
+        assert_eq!(union.outputs()[0].time_column.as_deref(), Some("ts"));
+        let rows = RecordBatch::try_from_iter([
+            ("at", Arc::new(Int64Array::from(vec![9])) as ArrayRef),
+            ("v", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+        ])
+        .unwrap();
+        let partitions = |p: u32| format!("t/{p}");
+        let mut ctx = Context::new(None, 0, &partitions);
+        union
+            .on_batch_of(1, &StreamBatch::single(0, rows, 0), &mut ctx)
+            .unwrap();
+        let (emitted, _) = ctx.finish();
+        let b = &emitted[0].1.batch;
+        let column = |n: &str| {
+            b.column_by_name(n)
+                .unwrap()
+                .as_primitive::<Int64Type>()
+                .value(0)
+        };
+        assert_eq!((column("ts"), column("at"), column("v")), (9, 9, 1));
+    }
+
+    #[test]
     fn inputs_that_cannot_be_one_stream_are_refused() {
         let a = stream(
             "a",
@@ -332,12 +415,25 @@ mod tests {
         );
         let e = Union::new("u", "both", &[a.clone(), b]).unwrap_err();
         assert!(e.contains("column x is Int64 in one input and Utf8"), "{e}");
-        let c = StreamSpec {
+        let timed_by = |name: &str, columns: &[(&str, PrimitiveType)]| StreamSpec {
             time_column: Some("at".into()),
-            ..stream("c", &[("at", PrimitiveType::Long)])
+            ..stream(name, columns)
         };
+        let c = timed_by(
+            "c",
+            &[("at", PrimitiveType::Long), ("ts", PrimitiveType::Long)],
+        );
         let e = Union::new("u", "both", &[a.clone(), c]).unwrap_err();
-        assert!(e.contains("under one name"), "{e}");
+        assert!(e.contains("rename one"), "{e}");
+        let c = timed_by("c", &[("at", PrimitiveType::Timestamp)]);
+        let e = Union::new("u", "both", &[a.clone(), c]).unwrap_err();
+        assert!(e.contains("as one type"), "{e}");
+        let untimed = StreamSpec {
+            time_column: None,
+            ..stream("u", &[("x", PrimitiveType::Long)])
+        };
+        let e = Union::new("u", "both", &[a.clone(), untimed]).unwrap_err();
+        assert!(e.contains("or none has"), "{e}");
         let d = stream(
             "d",
             &[

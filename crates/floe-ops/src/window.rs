@@ -247,12 +247,24 @@ pub(crate) fn timestamp() -> DataType {
 }
 
 /// An operator's output stream `name` of rows final per minute of `time_column`
-/// ([`floe_core::exchange::FINAL_PER_MINUTE`]): append-only, partitioned by its day.
+/// ([`floe_core::exchange::FINAL_PER_MINUTE`]): append-only, partitioned by its day; in one
+/// partition when the operator's `input` is (the generator's streams).
 pub(crate) fn final_stream(
     name: &str,
     schema: iceberg::spec::Schema,
     time_column: &str,
+    input: &StreamSpec,
 ) -> StreamSpec {
+    let mut properties = vec![(
+        floe_core::exchange::FINAL_PER_MINUTE.to_string(),
+        time_column.to_string(),
+    )];
+    if floe_core::exchange::is_one_partition(input) {
+        properties.push((
+            floe_core::exchange::ONE_PARTITION.to_string(),
+            "true".to_string(),
+        ));
+    }
     StreamSpec {
         name: name.to_string(),
         table: name.to_string(),
@@ -263,10 +275,7 @@ pub(crate) fn final_stream(
         partition: vec![(time_column.into(), iceberg::spec::Transform::Day)],
         bloom_filter_columns: Vec::new(),
         plain_columns: Vec::new(),
-        properties: vec![(
-            floe_core::exchange::FINAL_PER_MINUTE.to_string(),
-            time_column.to_string(),
-        )],
+        properties,
     }
 }
 
@@ -526,6 +535,7 @@ impl Window {
                 name,
                 iceberg_schema(&rollup, &[])?,
                 "window_start",
+                input,
             ));
         }
         Ok(Self {

@@ -54,7 +54,37 @@ pub(crate) struct Pipeline {
     consumers: HashMap<String, Vec<(usize, usize)>>,
     /// Stream → the exchanges reading it (their rows go to a topic, not to an operator).
     exchanges: HashMap<String, Vec<String>>,
+    /// Per operator run on its producers' progress ([`Pipeline::derived_clocks`]): the
+    /// producers, and the clock last given per partition.
+    derived: Vec<(usize, Vec<usize>, HashMap<u32, i64>)>,
     state: Option<StateStore>,
+}
+
+/// The operators whose rows final per minute make up `stream` in this pipeline (through
+/// unions); `None` when some of it is not such rows or comes from an exchange.
+fn final_producers(configs: &[OperatorConfig], stream: &str) -> Option<Vec<usize>> {
+    let (i, c) = configs
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.outputs.iter().any(|o| o == stream))?;
+    let is = |name: &str| name == stream;
+    let final_output = match &c.kind {
+        OperatorKind::Union => {
+            let mut all = Vec::new();
+            for input in &c.inputs {
+                all.extend(final_producers(configs, input)?);
+            }
+            return Some(all);
+        }
+        OperatorKind::Slo(s) => is(&s.output),
+        OperatorKind::Regression(r) => is(&r.output),
+        OperatorKind::Series(s) => is(&s.output) || is(&s.scores_output),
+        OperatorKind::Edges(e) => is(&e.final_output),
+        OperatorKind::Window(w) => w.final_output.as_deref().is_some_and(is),
+        OperatorKind::Alerts(a) => is(&a.output),
+        OperatorKind::Sql { .. } | OperatorKind::Exchange(_) => false,
+    };
+    final_output.then(|| vec![i])
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -82,14 +112,73 @@ impl Pipeline {
                 }
             }
         }
+        let derived = configs
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| matches!(c.kind, OperatorKind::Alerts(_)))
+            .filter_map(|(i, c)| Some((i, final_producers(&configs, &c.input)?, HashMap::new())))
+            .collect();
         Self {
             operators: configs.iter().map(|_| None).collect(),
             inputs: configs.iter().map(|_| None).collect(),
             configs,
             consumers,
             exchanges,
+            derived,
             state,
         }
+    }
+
+    /// Operators reading rows final per minute straight from their producers in this
+    /// pipeline (an `alerts` operator on a union, without an exchange between) run on the
+    /// producers' progress, as an exchange would give it (ADR 0010): per partition, the
+    /// smallest frontier of the producers. Called after each routing step.
+    fn derived_clocks(
+        &mut self,
+        names: &dyn Fn(u32) -> String,
+        out: &mut Routed,
+    ) -> LakeResult<()> {
+        for d in 0..self.derived.len() {
+            let (i, producers) = (self.derived[d].0, &self.derived[d].1);
+            let mut clocks: Option<HashMap<u32, i64>> = None;
+            for &q in producers {
+                let Some(op) = self.operators[q].as_ref() else {
+                    clocks = Some(HashMap::new());
+                    break;
+                };
+                let frontiers: HashMap<u32, i64> = op.final_frontiers().into_iter().collect();
+                clocks = Some(match clocks {
+                    None => frontiers,
+                    Some(mut c) => {
+                        c.retain(|p, t| match frontiers.get(p) {
+                            Some(f) => {
+                                *t = (*t).min(*f);
+                                true
+                            }
+                            None => false,
+                        });
+                        c
+                    }
+                });
+            }
+            let mut moved: Vec<(u32, i64)> = clocks
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(p, t)| self.derived[d].2.get(p).is_none_or(|last| t > last))
+                .collect();
+            moved.sort_unstable();
+            for (p, t) in moved {
+                self.derived[d].2.insert(p, t);
+                let Some(op) = self.operators[i].as_mut() else {
+                    continue;
+                };
+                let mut ctx = Context::new(self.state.as_mut(), i as u16, names);
+                op.on_event_clock(p, t, &mut ctx).map_err(op_error)?;
+                let done = ctx.finish();
+                self.drain(i, done, names, out)?;
+            }
+        }
+        Ok(())
     }
 
     /// Builds the operators whose input is now known, and tells built ones their input's
@@ -153,6 +242,17 @@ impl Pipeline {
         names: &dyn Fn(u32) -> String,
         out: &mut Routed,
     ) -> LakeResult<()> {
+        self.route(stream, batch, names, out)?;
+        self.derived_clocks(names, out)
+    }
+
+    fn route(
+        &mut self,
+        stream: &str,
+        batch: StreamBatch,
+        names: &dyn Fn(u32) -> String,
+        out: &mut Routed,
+    ) -> LakeResult<()> {
         let consumers = self.consumers.get(stream).cloned().unwrap_or_default();
         for (i, k) in consumers {
             let Some(op) = self.operators[i].as_mut() else {
@@ -194,7 +294,7 @@ impl Pipeline {
                     ))
                 })?;
             batch.stream = output;
-            self.push(&stream, batch, names, out)?;
+            self.route(&stream, batch, names, out)?;
         }
         Ok(())
     }
@@ -209,13 +309,25 @@ impl Pipeline {
         names: &dyn Fn(u32) -> String,
         out: &mut Routed,
     ) -> LakeResult<()> {
+        self.clock_of(stream, partition, max_time, names, out)?;
+        self.derived_clocks(names, out)
+    }
+
+    fn clock_of(
+        &mut self,
+        stream: &str,
+        partition: u32,
+        max_time: i64,
+        names: &dyn Fn(u32) -> String,
+        out: &mut Routed,
+    ) -> LakeResult<()> {
         let consumers = self.consumers.get(stream).cloned().unwrap_or_default();
         for (i, _) in consumers {
             match self.configs[i].kind {
                 OperatorKind::Sql { .. } | OperatorKind::Union => {
                     let outputs = self.configs[i].outputs.clone();
                     for o in outputs {
-                        self.clock(&o, partition, max_time, names, out)?;
+                        self.clock_of(&o, partition, max_time, names, out)?;
                     }
                     continue;
                 }
@@ -225,7 +337,8 @@ impl Pipeline {
                 | OperatorKind::Slo(_)
                 | OperatorKind::Regression(_)
                 | OperatorKind::Edges(_)
-                | OperatorKind::Series(_) => {}
+                | OperatorKind::Series(_)
+                | OperatorKind::Alerts(_) => {}
             }
             let Some(op) = self.operators[i].as_mut() else {
                 continue;
@@ -279,7 +392,8 @@ impl Pipeline {
         names: &dyn Fn(u32) -> String,
         out: &mut Routed,
     ) -> LakeResult<()> {
-        self.each(names, out, |op, ctx| op.on_tick(now_ms, ctx))
+        self.each(names, out, |op, ctx| op.on_tick(now_ms, ctx))?;
+        self.derived_clocks(names, out)
     }
 
     /// The barrier: operators flush; returns the state changes of the epoch it closes.
@@ -289,6 +403,7 @@ impl Pipeline {
         out: &mut Routed,
     ) -> LakeResult<Option<(u64, Vec<Change>)>> {
         self.each(names, out, |op, ctx| op.on_barrier(ctx))?;
+        self.derived_clocks(names, out)?;
         let Some(state) = self.state.as_mut() else {
             return Ok(None);
         };

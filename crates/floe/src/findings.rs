@@ -1,6 +1,6 @@
-//! What `floe quickstart` found: each SLO's newest status and every deploy judged, read back
-//! from the tables the run wrote (`otel_slo_status`, `otel_deploy_regressions`) through a
-//! catalog of its own, as any reader would.
+//! What `floe quickstart` found: each SLO's newest status, every deploy judged and every
+//! alert transition, read back from the tables the run wrote (`otel_slo_status`,
+//! `otel_deploy_regressions`, `otel_alerts`) through a catalog of its own, as any reader would.
 
 use std::collections::BTreeMap;
 
@@ -19,8 +19,10 @@ pub(crate) async fn print(config: &JobConfig) -> anyhow::Result<()> {
     let result = async {
         let status = rows(&client, namespace, "otel_slo_status").await?;
         let deploys = rows(&client, namespace, "otel_deploy_regressions").await?;
+        let alerts = rows(&client, namespace, "otel_alerts").await?;
         print_status(&status);
         print_deploys(&deploys);
+        print_alerts(&alerts);
         anyhow::Ok(())
     }
     .await;
@@ -152,6 +154,32 @@ fn print_deploys(batches: &[RecordBatch]) {
     }
     lines.sort();
     println!("\nDeploys judged (otel_deploy_regressions):\n");
+    for (_, line) in lines {
+        println!("{line}");
+    }
+}
+
+/// Every alert transition, in event time, with its root-cause ranking.
+fn print_alerts(batches: &[RecordBatch]) {
+    // Per minute, the alerts that lead their group first.
+    let mut lines: Vec<((i64, bool, String), String)> = Vec::new();
+    for b in batches {
+        let suppressed = b
+            .column_by_name("suppressed")
+            .map(|c| c.as_boolean().clone());
+        for r in 0..b.num_rows() {
+            let at = micros(b, "window_start", r);
+            let state = text(b, "state", r).to_uppercase();
+            let line = format!("  {}  {state:<8}  {}", clock(at), text(b, "summary", r));
+            let follows = suppressed.as_ref().is_some_and(|s| s.value(r));
+            lines.push(((at, follows, text(b, "alert_id", r)), line));
+        }
+    }
+    if lines.is_empty() {
+        return;
+    }
+    lines.sort();
+    println!("\nAlerts (otel_alerts):\n");
     for (_, line) in lines {
         println!("{line}");
     }

@@ -110,6 +110,8 @@ struct Windowed {
     scores_global: (u64, i64),
     /// (rows, digest) of a window over the (sparse) anomalies through another one.
     flagged: (u64, i64),
+    /// (rows, digest) of the alerts over the union of every derived stream, in one partition.
+    alerts: (u64, i64),
 }
 
 struct Scenario {
@@ -120,6 +122,7 @@ struct Scenario {
     notable_topic: String,
     scores_topic: String,
     flagged_topic: String,
+    facts_topic: String,
     dir: PathBuf,
     produced: usize,
     ends: BTreeMap<i32, i64>,
@@ -164,6 +167,7 @@ impl Fixture {
             trace_topic: format!("xtrace-{}-{name}", self.run_id),
             notable_topic: format!("xnotable-{}-{name}", self.run_id),
             scores_topic: format!("xscores-{}-{name}", self.run_id),
+            facts_topic: format!("xfacts-{}-{name}", self.run_id),
             flagged_topic: format!("xflagged-{}-{name}", self.run_id),
             topic,
             dir,
@@ -223,6 +227,11 @@ impl Fixture {
             ..job
         };
         support::wait_through_exchange(&self.client, &flagged).await;
+        let facts = support::ExchangeJob {
+            exchange: &s.facts_topic,
+            ..job
+        };
+        support::wait_through_exchange(&self.client, &facts).await;
     }
 
     fn consumer(&self) -> BaseConsumer {
@@ -384,6 +393,7 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINC
         let notable = self.check_union(s, &spans).await;
         let scores_global = self.check_derived(s).await;
         let flagged = self.check_sparse(s).await;
+        let alerts = self.check_alerts(s).await;
         Windowed {
             rows: (rows as u64, digest as i64),
             late: (late as u64, late_digest as i64),
@@ -395,7 +405,45 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINC
             notable,
             scores_global,
             flagged,
+            alerts,
         }
+    }
+
+    /// The alerts over the union of the SLO status, deploy verdicts, anomalies, scores and
+    /// final edges behind a one-partition exchange: every anomaly alert fires in a minute with
+    /// an anomaly of its service and measure, and resolves `keep_firing_for` after the last
+    /// one of its run. Returns (rows, digest).
+    async fn check_alerts(&self, s: &Scenario) -> (u64, i64) {
+        let anomalies = self.location(s.name, "anomalies").await;
+        let alerts = self.location(s.name, "alerts").await;
+        let out = python(&format!(
+            r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE a AS SELECT epoch_us(window_start) // 60000000 AS m, 'service_name=' || service_name || ',measure=' || measure AS key FROM iceberg_scan('{anomalies}')")
+con.sql("CREATE TABLE got AS SELECT * FROM iceberg_scan('{alerts}')")
+con.sql("CREATE TABLE fired AS SELECT epoch_us(window_start) // 60000000 AS m, key, state FROM got WHERE rule = 'anomaly'")
+one = lambda q: con.sql(q).fetchone()[0]
+print(one("SELECT count(*) FROM got"),
+      one("SELECT count(*) FROM fired WHERE state = 'firing'"),
+      one("SELECT count(*) FROM fired f WHERE state = 'firing' AND NOT EXISTS (SELECT 1 FROM a WHERE a.m = f.m AND a.key = f.key)"),
+      one("SELECT count(*) FROM fired f WHERE state = 'resolved' AND NOT EXISTS (SELECT 1 FROM a WHERE a.m = f.m - 3 AND a.key = f.key)"),
+      one("SELECT count(*) FROM fired f WHERE state = 'resolved' AND EXISTS (SELECT 1 FROM a WHERE a.m BETWEEN f.m - 2 AND f.m AND a.key = f.key)"),
+      one("SELECT coalesce(sum(hash(got)), 0) FROM got"))
+"#
+        ));
+        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
+        let [rows, fired, unfounded, early, held, digest] = cells[..] else {
+            panic!("{out}");
+        };
+        assert!(fired > 0, "{}: no anomaly raised an alert", s.name);
+        assert_eq!(
+            (unfounded, early, held),
+            (0, 0, 0),
+            "{}: anomaly alerts fire on an anomaly and resolve 3 minutes after the last",
+            s.name
+        );
+        eprintln!("{}: {rows} alert transitions", s.name);
+        (rows as u64, digest as i64)
     }
 
     /// A window over the anomalies — a few rows — behind a one-partition exchange counts every
@@ -935,6 +983,37 @@ join_window = "1m"
 [tables.edge_spans]
 land = false
 
+[[operators]]
+id = "facts"
+kind = "union"
+inputs = ["slo_status", "deploys", "anomalies", "anomalies_scores", "edges_final"]
+
+[[operators]]
+id = "facts_global"
+kind = "exchange"
+input = "facts"
+key = ["stream"]
+partitions = 1
+topic = "{facts_topic}"
+retention = "1d"
+
+[[operators]]
+id = "alerts"
+kind = "alerts"
+input = "facts_global"
+alerts = {{ topology = "edges_final", health = "anomalies_scores", keep_firing_for = "2m" }}
+rules = [
+  {{ name = "slo", stream = "slo_status", when = "page_1h", key = ["slo"] }},
+  {{ name = "deploy", stream = "deploys", when = "verdict = 'regression'", key = ["service_name", "metric"], for = "0m" }},
+  {{ name = "anomaly", stream = "anomalies", key = ["service_name", "measure"], value = "score", for = "0m" }},
+]
+
+[tables.facts]
+land = false
+
+[tables.facts_global]
+land = false
+
 [tables.by_trace]
 land = false
 
@@ -960,6 +1039,7 @@ period = "1h"
                 notable_topic = self.notable_topic,
                 scores_topic = self.scores_topic,
                 flagged_topic = self.flagged_topic,
+                facts_topic = self.facts_topic,
                 namespace = self.name,
                 state = self.dir.join(format!("state-{instance}")).display(),
             ),

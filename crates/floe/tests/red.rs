@@ -31,7 +31,7 @@ mod support;
 use support::{python, service, start_catalog, temp_dir};
 
 const PARTITIONS: i32 = 4;
-const RECORDS: usize = 800;
+const RECORDS: usize = 1200;
 const REQUESTS: usize = 4;
 /// 2025-10-09T08:53:20Z.
 const START_NS: u64 = 1_760_000_000_000_000_000;
@@ -49,7 +49,8 @@ async fn the_red_recipe_equals_duckdb_over_the_landed_spans() {
     let topic = format!("red-{run}");
     support::create_topic(&brokers, &topic, PARTITIONS).await;
 
-    // Sixteen minutes of traffic, a record every 1.2 s of event time, spread over the
+    // Twenty-four minutes of traffic (the alerts wait for the service map, 5 minutes behind),
+    // a record every 1.2 s of event time, spread over the
     // partitions; payments deploys a bad version four minutes in.
     let producer = support::producer(&brokers);
     let mut ends: BTreeMap<i32, i64> = BTreeMap::new();
@@ -202,10 +203,12 @@ print(one("SELECT count(*) FROM got"),
     );
     check_regressions(&spans, &location("otel_deploy_regressions").await);
     check_edges(&spans, &location("otel_service_edges").await);
-    check_anomalies(
-        &red,
-        &location("otel_anomaly_scores").await,
-        &location("otel_anomalies").await,
+    let anomalies = location("otel_anomalies").await;
+    check_anomalies(&red, &location("otel_anomaly_scores").await, &anomalies);
+    check_alerts(
+        &location("otel_deploy_regressions").await,
+        &anomalies,
+        &location("otel_alerts").await,
     );
     catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
@@ -273,6 +276,31 @@ print(n, one("SELECT count(*) FROM flagged"), con.sql("SELECT list(DISTINCT serv
 "#
     ));
     eprintln!("otel_anomaly_scores: (error-rate scores, anomalies, flagged series) = {out}");
+}
+
+/// `otel_alerts` from the facts behind the one-partition exchange: the bad deploy's two
+/// regression verdicts each raise a `deploy-regression` alert in the minute decided (`for =
+/// "0m"`), one group led by the first; every `anomaly` alert fires in a minute its service
+/// and measure were flagged, and names its own service among the root-cause candidates.
+fn check_alerts(regressions: &str, anomalies: &str, alerts: &str) {
+    let out = python(&format!(
+        r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE verdicts AS SELECT 'service_name=' || service_name || ',new_version=' || new_version || ',metric=' || metric AS key, epoch_us(decided_at) // 60000000 AS m FROM iceberg_scan('{regressions}') WHERE verdict = 'regression'")
+con.sql("CREATE TABLE flagged AS SELECT 'service_name=' || service_name || ',measure=' || measure AS key, epoch_us(window_start) // 60000000 AS m FROM iceberg_scan('{anomalies}')")
+con.sql("CREATE TABLE got AS SELECT *, epoch_us(window_start) // 60000000 AS m FROM iceberg_scan('{alerts}')")
+one = lambda q: con.sql(q).fetchone()[0]
+deploys = con.sql("SELECT key, m, suppressed FROM got WHERE rule = 'deploy-regression' AND state = 'firing' ORDER BY key").fetchall()
+expected = con.sql("SELECT key, m FROM verdicts ORDER BY key").fetchall()
+assert [(k, m) for k, m, _ in deploys] == expected, (deploys, expected)
+assert [s for _, _, s in deploys] == [False, True], deploys
+unfounded = one("SELECT count(*) FROM got g WHERE rule = 'anomaly' AND state = 'firing' AND NOT EXISTS (SELECT 1 FROM flagged f WHERE f.key = g.key AND f.m = g.m)")
+unnamed = one("SELECT count(*) FROM got WHERE rule = 'anomaly' AND state = 'firing' AND NOT list_contains(root_causes, service_name) AND len(root_causes) > 0")
+assert (unfounded, unnamed) == (0, 0), (unfounded, unnamed)
+print(one("SELECT count(*) FROM got"), len(deploys), one("SELECT count(*) FROM got WHERE rule = 'anomaly' AND state = 'firing'"))
+"#
+    ));
+    eprintln!("otel_alerts: (transitions, deploy alerts, anomaly alerts) = {out}");
 }
 
 /// `otel_service_edges` against DuckDB's join of every span with its parent in another

@@ -513,13 +513,14 @@ pub(crate) async fn wait_committed(
 }
 
 /// The shipped RED recipe (`jobs/otlp-red.toml`) running in `dir`: `floe run` on spans topic
-/// `topic` with 1 s checkpoints, exchange topics of its own (`{topic}-x`, `{topic}-t`), its
-/// tables in `namespace` of the catalog at `catalog`.
+/// `topic` with 1 s checkpoints, exchange topics of its own (`{topic}-x`, `{topic}-t`,
+/// `{topic}-f`), its tables in `namespace` of the catalog at `catalog`.
 pub(crate) struct RedRecipe {
     pub floe: Floe,
     pub log: PathBuf,
     pub by_service: String,
     pub by_trace: String,
+    pub facts: String,
 }
 
 impl RedRecipe {
@@ -534,7 +535,7 @@ impl RedRecipe {
         let text = std::fs::read_to_string(&shipped)
             .unwrap()
             .replace("interval = \"10s\"", "interval = \"1s\"")
-            // Sixteen minutes of traffic: scores from the fourth minute on.
+            // Minutes of traffic, not hours: scores from the fourth minute on.
             .replace("warmup = 30,", "warmup = 3,")
             // A topic of its own (earlier runs on the broker left theirs), read as traces.
             .replace(
@@ -546,6 +547,7 @@ impl RedRecipe {
         std::fs::write(&job, text).unwrap();
         let log = dir.join("floe.log");
         let (by_service, by_trace) = (format!("{topic}-x"), format!("{topic}-t"));
+        let facts = format!("{topic}-f");
         let state = dir.join("state");
         let floe = spawn_floe_with(
             &job,
@@ -554,6 +556,7 @@ impl RedRecipe {
                 ("KAFKA_BROKERS", brokers),
                 ("FLOE_EXCHANGE_TOPIC", &by_service),
                 ("FLOE_EDGES_TOPIC", &by_trace),
+                ("FLOE_FACTS_TOPIC", &facts),
                 ("FLOE_CATALOG_URI", catalog),
                 ("FLOE_NAMESPACE", namespace),
                 ("FLOE_STATE_DIR", state.to_str().unwrap()),
@@ -564,6 +567,7 @@ impl RedRecipe {
             log,
             by_service,
             by_trace,
+            facts,
         }
     }
 
@@ -593,6 +597,11 @@ impl RedRecipe {
             ..job
         };
         wait_through_exchange(client, &by_trace).await;
+        let facts = ExchangeJob {
+            exchange: &self.facts,
+            ..job
+        };
+        wait_through_exchange(client, &facts).await;
         terminate(self.floe);
     }
 }
