@@ -11,8 +11,8 @@
 //! * a **rule** holds for (rule, key) in a minute when a row of the rule's `stream` in that
 //!   minute meets its `when` (SQL; every row when absent). Rows of sparse streams (anomalies)
 //!   exist only when something happened, so a rule is false in a minute without rows;
-//! * the **health** of a service: the largest score of the `health` stream's rows (anomaly
-//!   scores: deviations from the service's own baseline);
+//! * the **health** of a service per measure: the largest score of the `health` stream's rows
+//!   (anomaly scores: deviations from the service's own baseline, per `measure`);
 //! * the **service map**: caller → callee from the `topology` stream's rows.
 //!
 //! **Lifecycle**, per (rule, key), evaluated once per minute in event time (Prometheus'
@@ -23,8 +23,10 @@
 //!
 //! **Context.** When an alert fires, the service map is walked down from its service
 //! (`service` column of the rule's rows), through callees seen in the last `topology_window`
-//! whose health reached `root_cause_score` in the last `root_cause_window`; the services
-//! reached that way, deepest first (then by score), are its root-cause candidates.
+//! whose health reached `root_cause_score` in the last `root_cause_window` — in the measure the
+//! alert is about (the rule's `measure`: an error-rate alert follows rising error rates, not a
+//! latency blip elsewhere), or in any measure when the rule names none; the services reached
+//! that way, deepest first (then by score), are its root-cause candidates.
 //!
 //! **Grouping and suppression** (Alertmanager's grouping and inhibition): alerts whose first
 //! candidate is the same service form one group while any of them fires; the first to fire
@@ -75,6 +77,8 @@ pub struct Rule {
     pub service: String,
     /// SQL expression of the value shown (`None`: no value).
     pub value: Option<String>,
+    /// SQL expression of the health measure root causes are followed by (`None`: any).
+    pub measure: Option<String>,
     /// A label for routing (`page`, `ticket`, …).
     pub severity: String,
     /// Minutes the rule must hold before the alert fires (0 and 1: at once).
@@ -98,7 +102,7 @@ pub struct AlertsSpec {
     pub rules: Vec<Rule>,
     /// The union's input with the service map (`caller_service`, `callee_service`).
     pub topology: Option<String>,
-    /// The union's input with health scores (`service_column`, `score`).
+    /// The union's input with health scores (`service_column`, `measure`, `score`).
     pub health: Option<String>,
     /// The health stream's service column.
     pub service_column: String,
@@ -197,6 +201,8 @@ enum Phase {
 struct Alert {
     phase: Phase,
     service: String,
+    /// The health measure its root causes follow ("": any).
+    measure: String,
     /// First minute of the current run of holding minutes.
     since: i64,
     /// Last minute the rule held.
@@ -230,8 +236,8 @@ struct Stage {
     alerts: BTreeMap<(u32, String), Alert>,
     /// Root service → group.
     groups: BTreeMap<String, Group>,
-    /// Service → (minute, score) of recent minutes, oldest first.
-    health: BTreeMap<String, VecDeque<(i64, f64)>>,
+    /// (service, measure) → (minute, score) of recent minutes, oldest first.
+    health: BTreeMap<(String, String), VecDeque<(i64, f64)>>,
     /// (caller, callee) → the last minute seen.
     edges: BTreeMap<(String, String), i64>,
 }
@@ -262,7 +268,7 @@ fn get_opt(r: &mut Reader<'_>) -> Result<Option<f64>, String> {
 }
 
 impl Stage {
-    const VERSION: u8 = 1;
+    const VERSION: u8 = 2;
 
     fn encode(&self) -> Vec<u8> {
         let mut w = Writer(vec![Self::VERSION]);
@@ -279,6 +285,7 @@ impl Stage {
             put_str(&mut w, key);
             w.u8(a.phase as u8);
             put_str(&mut w, &a.service);
+            put_str(&mut w, &a.measure);
             for t in [a.since, a.last, a.fired, a.resolved] {
                 w.zigzag(t);
             }
@@ -295,8 +302,9 @@ impl Stage {
             w.varint(u64::from(g.members));
         }
         w.varint(self.health.len() as u64);
-        for (service, minutes) in &self.health {
+        for ((service, measure), minutes) in &self.health {
             put_str(&mut w, service);
+            put_str(&mut w, measure);
             w.varint(minutes.len() as u64);
             for (m, score) in minutes {
                 w.zigzag(*m);
@@ -335,6 +343,7 @@ impl Stage {
                 _ => Phase::Resolved,
             };
             let service = get_str(&mut r)?;
+            let measure = get_str(&mut r)?;
             let [since, last, fired, resolved] =
                 [r.zigzag()?, r.zigzag()?, r.zigzag()?, r.zigzag()?];
             let (value, peak) = (get_opt(&mut r)?, get_opt(&mut r)?);
@@ -344,6 +353,7 @@ impl Stage {
                 Alert {
                     phase,
                     service,
+                    measure,
                     since,
                     last,
                     fired,
@@ -364,11 +374,12 @@ impl Stage {
         }
         for _ in 0..r.varint()? {
             let service = get_str(&mut r)?;
+            let measure = get_str(&mut r)?;
             let mut minutes = VecDeque::new();
             for _ in 0..r.varint()? {
                 minutes.push_back((r.zigzag()?, r.f64()?));
             }
-            stage.health.insert(service, minutes);
+            stage.health.insert((service, measure), minutes);
         }
         for _ in 0..r.varint()? {
             let caller = get_str(&mut r)?;
@@ -385,10 +396,10 @@ type FactRow = (u32, &'static str, String, String, Option<f64>);
 /// The facts of one minute.
 #[derive(Debug, Default)]
 struct MinuteFacts {
-    /// (rule index, key) → (service, value).
-    holding: BTreeMap<(u32, String), (String, Option<f64>)>,
-    /// Service → its largest score.
-    health: BTreeMap<String, f64>,
+    /// (rule index, key) → (service, health measure, value).
+    holding: BTreeMap<(u32, String), (String, String, Option<f64>)>,
+    /// (service, measure) → its largest score.
+    health: BTreeMap<(String, String), f64>,
     /// (caller, callee).
     edges: BTreeSet<(String, String)>,
 }
@@ -544,6 +555,10 @@ impl Alerts {
                 Some(v) => format!("CAST(({v}) AS DOUBLE) AS __value"),
                 None => "CAST(NULL AS DOUBLE) AS __value".into(),
             });
+            columns.push(match &rule.measure {
+                Some(m) => format!("CAST(({m}) AS VARCHAR) AS __measure"),
+                None => "CAST('' AS VARCHAR) AS __measure".into(),
+            });
             let e = Expressions::new(
                 &arrow,
                 &columns,
@@ -555,7 +570,16 @@ impl Alerts {
         let health = match &spec.health {
             Some(stream) => {
                 known(stream, "health")?;
-                let columns = [ident(&spec.service_column), "CAST(score AS DOUBLE)".into()];
+                let measure = if arrow.field_with_name("measure").is_ok() {
+                    "CAST(measure AS VARCHAR)"
+                } else {
+                    "CAST('' AS VARCHAR)"
+                };
+                let columns = [
+                    ident(&spec.service_column),
+                    "CAST(score AS DOUBLE)".into(),
+                    measure.to_string(),
+                ];
                 Some(
                     Expressions::new(&arrow, &columns, Some(&of_stream(stream, None)))
                         .map_err(|e| format!("health {stream}: {e}"))?,
@@ -674,6 +698,7 @@ impl Alerts {
                 .collect::<Result<_, _>>()?;
             let service = text(&columns[rule.key.len()])?;
             let values = &columns[rule.key.len() + 1];
+            let measures = text(&columns[rule.key.len() + 2])?;
             for (j, row) in at.iter().enumerate() {
                 matched[*row as usize] = true;
                 let key: Vec<String> = rule
@@ -686,7 +711,11 @@ impl Alerts {
                 out.push((
                     *row,
                     RULE,
-                    format!("{i:04}\u{1f}{}", key.join(",")),
+                    format!(
+                        "{i:04}\u{1f}{}\u{1f}{}",
+                        value_of(&measures, j),
+                        key.join(",")
+                    ),
                     value_of(&service, j),
                     float_at(values.as_ref(), j).filter(|v| v.is_finite()),
                 ));
@@ -694,12 +723,13 @@ impl Alerts {
         }
         if let Some(e) = &self.health {
             let (at, columns) = e.evaluate(rows).map_err(|e| self.invalid(e))?;
-            let service = text(&columns[0])?;
+            let (service, measure) = (text(&columns[0])?, text(&columns[2])?);
             for (j, row) in at.iter().enumerate() {
                 matched[*row as usize] = true;
                 let score = float_at(columns[1].as_ref(), j).filter(|v| v.is_finite());
                 if score.is_some() {
-                    out.push((*row, HEALTH, value_of(&service, j), String::new(), score));
+                    let (a, b) = (value_of(&service, j), value_of(&measure, j));
+                    out.push((*row, HEALTH, a, b, score));
                 }
             }
         }
@@ -785,16 +815,24 @@ impl Alerts {
                 let value = float_at(values.as_ref(), r);
                 match kinds.value(r) {
                     RULE => {
-                        let (index, key) = a.value(r).split_once('\u{1f}').unwrap_or(("", ""));
+                        let mut parts = a.value(r).splitn(3, '\u{1f}');
+                        let (Some(index), Some(measure), Some(key)) =
+                            (parts.next(), parts.next(), parts.next())
+                        else {
+                            return Err(self.invalid("a rule fact without its rule"));
+                        };
                         let index: u32 = index
                             .parse()
                             .map_err(|_| self.invalid("a rule fact without its rule"))?;
-                        f.holding
-                            .insert((index, key.to_string()), (bs.value(r).to_string(), value));
+                        f.holding.insert(
+                            (index, key.to_string()),
+                            (bs.value(r).to_string(), measure.to_string(), value),
+                        );
                     }
                     HEALTH => {
                         if let Some(v) = value {
-                            f.health.insert(a.value(r).to_string(), v);
+                            let key = (a.value(r).to_string(), bs.value(r).to_string());
+                            f.health.insert(key, v);
                         }
                     }
                     EDGE => {
@@ -878,8 +916,8 @@ impl Alerts {
     /// Evaluates minute `m` of `stage` with its facts.
     fn evaluate(&self, stage: &mut Stage, m: i64, facts: MinuteFacts, out: &mut Vec<Transition>) {
         let spec = &self.spec;
-        for (service, score) in facts.health {
-            let recent = stage.health.entry(service).or_default();
+        for (series, score) in facts.health {
+            let recent = stage.health.entry(series).or_default();
             recent.push_back((m, score));
         }
         stage.health.retain(|_, recent| {
@@ -900,7 +938,7 @@ impl Alerts {
 
         let mut firing_now: Vec<(u32, String)> = Vec::new();
         // Rules holding this minute.
-        for ((rule, key), (service, value)) in &facts.holding {
+        for ((rule, key), (service, measure, value)) in &facts.holding {
             let Some(r) = spec.rules.get(*rule as usize) else {
                 continue;
             };
@@ -910,6 +948,7 @@ impl Alerts {
                 .or_insert_with(|| Alert {
                     phase: Phase::Resolved,
                     service: service.clone(),
+                    measure: measure.clone(),
                     since: m,
                     last: m - 1,
                     fired: i64::MIN,
@@ -931,6 +970,7 @@ impl Alerts {
                         a.since = m;
                         a.peak = *value;
                         a.service = service.clone();
+                        a.measure = measure.clone();
                     } else {
                         a.peak = max_of(a.peak, *value);
                     }
@@ -987,8 +1027,9 @@ impl Alerts {
         let mut fired: Vec<(bool, u32, String, Vec<Candidate>)> = firing_now
             .into_iter()
             .map(|(rule, key)| {
-                let service = &stage.alerts[&(rule, key.clone())].service;
-                let candidates = self.root_causes(stage, service, m);
+                let a = &stage.alerts[&(rule, key.clone())];
+                let service = &a.service;
+                let candidates = self.root_causes(stage, (service, &a.measure), m);
                 let at_root = candidates.first().is_none_or(|c| &c.service == service);
                 (!at_root, rule, key, candidates)
             })
@@ -1038,20 +1079,26 @@ impl Alerts {
         }
     }
 
-    /// The root-cause candidates of an alert on `service` in minute `m`, best first.
-    fn root_causes(&self, stage: &Stage, service: &str, m: i64) -> Vec<Candidate> {
+    /// The root-cause candidates of an alert on `service` about health `measure` ("": any)
+    /// in minute `m`, best first.
+    fn root_causes(
+        &self,
+        stage: &Stage,
+        (service, measure): (&str, &str),
+        m: i64,
+    ) -> Vec<Candidate> {
         let threshold = self.spec.root_cause_score;
         let score = |s: &str| {
+            let from = (s.to_string(), String::new());
             stage
                 .health
-                .get(s)
-                .and_then(|recent| {
-                    recent
-                        .iter()
-                        .filter(|(at, _)| *at <= m)
-                        .map(|(_, v)| *v)
-                        .reduce(f64::max)
-                })
+                .range(from..)
+                .take_while(|((x, _), _)| x == s)
+                .filter(|((_, k), _)| measure.is_empty() || k == measure)
+                .flat_map(|(_, recent)| recent.iter())
+                .filter(|(at, _)| *at <= m)
+                .map(|(_, v)| *v)
+                .reduce(f64::max)
                 .unwrap_or(f64::NEG_INFINITY)
         };
         let mut seen: BTreeMap<String, usize> = BTreeMap::new();
@@ -1341,6 +1388,7 @@ mod tests {
             key: key.iter().map(|k| k.to_string()).collect(),
             service: "service_name".into(),
             value: (stream == "anomalies").then(|| "score".into()),
+            measure: (stream == "anomalies").then(|| "measure".into()),
             severity: "page".into(),
             for_minutes: hold,
             keep_firing_minutes: 3,
@@ -1645,6 +1693,7 @@ mod tests {
             Alert {
                 phase: Phase::Firing,
                 service: "a".into(),
+                measure: "error_rate".into(),
                 since: 40,
                 last: 41,
                 fired: 41,
@@ -1663,9 +1712,10 @@ mod tests {
                 members: 2,
             },
         );
-        stage
-            .health
-            .insert("b".into(), VecDeque::from([(40, 3.5), (41, -1.0)]));
+        stage.health.insert(
+            ("b".into(), "latency_p99".into()),
+            VecDeque::from([(40, 3.5), (41, -1.0)]),
+        );
         stage.edges.insert(("a".into(), "b".into()), 41);
         assert_eq!(Stage::decode(&stage.encode()).unwrap(), stage);
     }

@@ -234,6 +234,8 @@ pub struct RawRule {
     pub service: Option<Text>,
     /// SQL expression of the value shown.
     pub value: Option<Text>,
+    /// SQL expression naming the health measure root causes follow (default: any).
+    pub measure: Option<Text>,
     /// A label for routing (default `page`).
     pub severity: Option<Text>,
     /// How long the rule must hold before the alert fires (default: the operator's).
@@ -1829,6 +1831,7 @@ fn alerts(c: &mut Checker<'_>, id: &str, raw: &RawOperator, at: &Text) -> Option
             key,
             service,
             value: c.opt(r.value.as_ref()),
+            measure: c.opt(r.measure.as_ref()),
             severity: c.opt(r.severity.as_ref()).unwrap_or_else(|| "page".into()),
             for_minutes,
             keep_firing_minutes,

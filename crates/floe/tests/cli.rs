@@ -182,8 +182,8 @@ fn quickstart_lands_data_duckdb_reads() {
         stdout.contains("iceberg_scan('"),
         "prints DuckDB queries:\n{stdout}"
     );
-    // The default 20 s make 20 minutes of event time: the SLOs have a status, and the bad
-    // payments deploy three minutes in is judged ten minutes later, by both metrics.
+    // The default 30 s make an hour of event time: the SLOs have a status, and the bad
+    // payments deploy ten minutes in is judged ten minutes later, by both metrics.
     assert!(stdout.contains("SLOs, at their newest minute"), "{stdout}");
     assert!(stdout.contains("frontend-availability"), "{stdout}");
     let verdicts: Vec<&str> = stdout
@@ -194,6 +194,45 @@ fn quickstart_lands_data_duckdb_reads() {
     assert!(
         verdicts.iter().all(|l| l.ends_with("REGRESSION")),
         "{verdicts:?}"
+    );
+    // The verdicts raise alerts, and inventory failing 40 minutes in raises an anomaly alert
+    // that names it as its own first root-cause candidate.
+    assert!(stdout.contains("Alerts (otel_alerts):"), "{stdout}");
+    let firing = |what: &str| {
+        stdout
+            .lines()
+            .any(|l| l.contains("FIRING") && l.contains(what))
+    };
+    assert!(
+        firing(
+            "deploy-regression on payments (service_name=payments,new_version=1.1.0,metric=latency_p99)"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        firing("anomaly on inventory (service_name=inventory,measure=error_rate) firing"),
+        "{stdout}"
+    );
+    // Its callers' error-rate alerts during the incident rank it first too.
+    let minute = |l: &str| -> i64 {
+        let (h, m) = l.trim_start()[..5].split_once(':').unwrap();
+        h.parse::<i64>().unwrap() * 60 + m.parse::<i64>().unwrap()
+    };
+    let errors: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("FIRING") && l.contains("measure=error_rate"))
+        .collect();
+    let start = errors
+        .iter()
+        .find(|l| l.contains("anomaly on inventory"))
+        .map(|l| minute(l))
+        .unwrap();
+    assert!(
+        errors
+            .iter()
+            .filter(|l| (minute(l) - start).rem_euclid(24 * 60) < 8)
+            .all(|l| l.contains("root-cause candidates: inventory (")),
+        "error-rate alerts during the incident rank inventory first:\n{stdout}"
     );
     if support::optional_service("FLOE_TEST_PYTHON").is_none() {
         return;
