@@ -7,6 +7,7 @@
 //! duration = "20s"             # make duration × rate requests, then stop (default: run on)
 //! seed = 42
 //! speed = 60                   # event time runs 60 × wall time, ending now (default: 1, from now)
+//! start = 2026-01-01T00:00:00Z # or from a fixed instant: the same rows in every run
 //! # a new version of one service, `at` into the event time, with more errors and slower
 //! deploy = { service = "payments", version = "1.1.0", at = "6m", error_factor = 4, latency_factor = 1.5 }
 //! # incidents for alerting to find: errors originating in a service (they propagate to its
@@ -39,6 +40,8 @@ pub struct RawGenerator {
     pub seed: Option<Spanned<i64>>,
     /// Event-time seconds per wall-clock second (default 1).
     pub speed: Option<Spanned<i64>>,
+    /// The event time of the first request (default: now, less the head start `speed` gives).
+    pub start: Option<Spanned<toml::value::Datetime>>,
     /// A deploy at a known event time.
     pub deploy: Option<Spanned<RawDeploy>>,
     /// Incidents at known event times.
@@ -120,10 +123,41 @@ pub struct GeneratorConfig {
     pub seed: u64,
     /// Event-time seconds per wall-clock second.
     pub speed: u64,
+    /// The event time of the first request, ns since the epoch (`None`: from the clock).
+    pub start_unix_nano: Option<u64>,
     /// A deploy, if any.
     pub deploy: Option<DeployConfig>,
     /// Incidents.
     pub incidents: Vec<IncidentConfig>,
+}
+
+/// ns since the epoch of a TOML offset date-time (`2026-01-01T00:00:00Z`); `None` for a local
+/// date-time, a date or a time alone, or an instant before 1970.
+fn unix_nano(t: &toml::value::Datetime) -> Option<u64> {
+    let (date, time) = (t.date?, t.time?);
+    let offset_minutes = match t.offset? {
+        toml::value::Offset::Z => 0,
+        toml::value::Offset::Custom { minutes } => i64::from(minutes),
+    };
+    // Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+    let (y, m, d) = (
+        i64::from(date.year),
+        i64::from(date.month),
+        i64::from(date.day),
+    );
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let seconds = days * 86_400
+        + i64::from(time.hour) * 3600
+        + i64::from(time.minute) * 60
+        + i64::from(time.second)
+        - offset_minutes * 60;
+    let nanos = seconds.checked_mul(1_000_000_000)? + i64::from(time.nanosecond);
+    u64::try_from(nanos).ok()
 }
 
 impl RawGenerator {
@@ -142,6 +176,17 @@ impl RawGenerator {
                 .map(|d| c.duration(Some(d), Duration::from_secs(30))),
             seed: self.seed.as_ref().map_or(42, |s| *s.get_ref() as u64),
             speed: c.integer(self.speed.as_ref(), "speed", 1..=3600, 1) as u64,
+            start_unix_nano: self.start.as_ref().and_then(|t| {
+                let at = unix_nano(t.get_ref());
+                if at.is_none() {
+                    c.at(
+                        t,
+                        "`start` is an instant with its offset after 1970, e.g. \
+                         2026-01-01T00:00:00Z",
+                    );
+                }
+                at
+            }),
             deploy: self.deploy.as_ref().and_then(|d| deploy(c, d)),
             incidents: self
                 .incidents
@@ -296,4 +341,35 @@ pub fn check_signals(raw: &BTreeMap<String, Text>, c: &mut Checker<'_>) -> HashM
         }
     }
     signals
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn datetime(text: &str) -> toml::value::Datetime {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn a_start_instant_is_its_unix_time_whatever_its_offset() {
+        let s = 1_000_000_000;
+        assert_eq!(unix_nano(&datetime("1970-01-01T00:00:00Z")), Some(0));
+        assert_eq!(
+            unix_nano(&datetime("2026-01-01T00:00:00Z")),
+            Some(1_767_225_600 * s)
+        );
+        assert_eq!(
+            unix_nano(&datetime("2026-01-01T01:00:00+01:00")),
+            Some(1_767_225_600 * s)
+        );
+        assert_eq!(
+            unix_nano(&datetime("2024-02-29T12:30:15.5Z")),
+            Some(1_709_209_815 * s + s / 2)
+        );
+        // Local times, dates alone and instants before 1970 are not starts.
+        assert_eq!(unix_nano(&datetime("2026-01-01T00:00:00")), None);
+        assert_eq!(unix_nano(&datetime("2026-01-01")), None);
+        assert_eq!(unix_nano(&datetime("1969-12-31T23:59:59Z")), None);
+    }
 }

@@ -960,14 +960,16 @@ impl GeneratorSource {
     }
 }
 
-/// A generator for `config` with `seed`, its event time starting now (less the head start
-/// `speed` gives) and its deploy placed after that start.
+/// A generator for `config` with `seed`, its event time starting at `start`, else now (less
+/// the head start `speed` gives), and its deploy and incidents placed after that start.
 fn fresh(config: &crate::config::GeneratorConfig, seed: u64) -> Generator {
     let speed = config.speed.max(1);
     let head_start = config
         .duration
         .map_or(0, |d| d.as_nanos() as u64 * (speed - 1));
-    let start = now_unix_nano().saturating_sub(head_start);
+    let start = config
+        .start_unix_nano
+        .unwrap_or_else(|| now_unix_nano().saturating_sub(head_start));
     let mut generator =
         Generator::new(seed, start).with_rate((config.requests_per_second / speed).max(1));
     if let Some(d) = &config.deploy {
