@@ -54,9 +54,7 @@ use floe_core::{StreamBatch, StreamSpec};
 
 use crate::aggregate::{AggKind, Aggregate};
 use crate::codec::{Reader, Writer, float_at, integer_at};
-use crate::minutes::{
-    Closed, MINUTE, Minutes, ROW_COLUMN, inner_rows, late_input_rows, strings_of,
-};
+use crate::minutes::{Closed, MINUTE, Minutes, ROW_COLUMN, inner_rows, strings_of};
 use crate::sql::Expressions;
 use crate::union::STREAM_COLUMN;
 use crate::window::{event_times, final_stream, iceberg_schema, late_stream, timestamp};
@@ -437,7 +435,6 @@ pub struct Alerts {
     topology: Option<Expressions>,
     minutes: Minutes,
     stages: HashMap<u32, Stage>,
-    late_rows: u64,
 }
 
 impl std::fmt::Debug for Alerts {
@@ -656,7 +653,6 @@ impl Alerts {
             topology,
             minutes,
             stages: HashMap::new(),
-            late_rows: 0,
         })
     }
 
@@ -901,14 +897,10 @@ impl Alerts {
             ctx.emit(0, StreamBatch::single(0, batch, p));
         }
         if let Some(rows) = input {
-            let (id, lateness) = (&self.spec.id, self.spec.allowed_lateness);
-            if let Some(batch) =
-                late_input_rows(id, lateness, rows, self.input.fields().len(), closed.late)
-                    .map_err(|e| self.invalid(format!("late rows: {e}")))?
-            {
-                self.late_rows += batch.num_rows() as u64;
-                ctx.emit(1, StreamBatch::single(1, batch, p));
-            }
+            let width = self.input.fields().len();
+            self.minutes
+                .emit_late(ctx, p, (rows, width), closed.late)
+                .map_err(|e| self.invalid(format!("late rows: {e}")))?;
         }
         Ok(())
     }
@@ -1319,7 +1311,7 @@ impl Operator for Alerts {
     }
 
     fn stats(&self) -> OperatorStats {
-        self.minutes.stats(self.late_rows)
+        self.minutes.stats()
     }
 }
 

@@ -240,7 +240,7 @@ pub(crate) fn inner_rows(
 /// The late table's rows of operator `id` (allowed lateness `lateness` µs): the rows of
 /// `input` (its first `width` columns) that `late` names, each once, with why; `None` if
 /// there are none.
-pub(crate) fn late_input_rows(
+fn late_input_rows(
     id: &str,
     lateness: i64,
     input: &RecordBatch,
@@ -275,6 +275,10 @@ pub(crate) struct Closed {
 pub(crate) struct Minutes {
     window: Window,
     lateness: i64,
+    /// The operator's id, for the late rows' reason.
+    id: String,
+    /// Input rows sent to the operator's late output since the start.
+    late_rows: u64,
 }
 
 impl Minutes {
@@ -320,7 +324,26 @@ impl Minutes {
         Ok(Self {
             window,
             lateness: allowed_lateness,
+            id: id.to_string(),
+            late_rows: 0,
         })
+    }
+
+    /// Sends the input rows `late` names to the operator's late output (output 1) of
+    /// partition `p`, each once, with why: `rows` are the input's, its first `width` columns
+    /// the input stream's.
+    pub(crate) fn emit_late(
+        &mut self,
+        ctx: &mut Context<'_>,
+        p: u32,
+        (rows, width): (&RecordBatch, usize),
+        late: Vec<(usize, i64)>,
+    ) -> Result<(), String> {
+        if let Some(batch) = late_input_rows(&self.id, self.lateness, rows, width, late)? {
+            self.late_rows += batch.num_rows() as u64;
+            ctx.emit(1, StreamBatch::single(1, batch, p));
+        }
+        Ok(())
     }
 
     /// Calls the window with a context of its own; what it closed.
@@ -430,9 +453,9 @@ impl Minutes {
     }
 
     /// The operator's statistics: the window's, with the operator's own late rows.
-    pub(crate) fn stats(&self, late_rows: u64) -> OperatorStats {
+    pub(crate) fn stats(&self) -> OperatorStats {
         OperatorStats {
-            late_rows,
+            late_rows: self.late_rows,
             ..self.window.stats()
         }
     }

@@ -53,7 +53,7 @@ use crate::aggregate::{AggKind, Aggregate};
 use crate::codec::{Reader, Writer, integer_at, sortable};
 use crate::minutes::{
     Closed, MINUTE, Minutes, ROW_COLUMN, RequestColumns, RequestValues, checked_input, inner_rows,
-    late_input_rows, strings_of,
+    strings_of,
 };
 use crate::window::{event_times, final_stream, iceberg_schema, late_stream, timestamp};
 use crate::{Context, OpError, OpResult, Operator, OperatorStats};
@@ -308,7 +308,6 @@ pub struct Regression {
     input: SchemaRef,
     /// Counts per (minute, service, version).
     minutes: Minutes,
-    late_rows: u64,
 }
 
 impl std::fmt::Debug for Regression {
@@ -411,7 +410,6 @@ impl Regression {
             verdicts: Arc::new(verdicts),
             input: arrow,
             minutes,
-            late_rows: 0,
             spec,
         })
     }
@@ -818,15 +816,10 @@ impl Regression {
         rows: &RecordBatch,
         late: Vec<(usize, i64)>,
     ) -> OpResult<()> {
-        let (id, lateness) = (&self.spec.id, self.spec.allowed_lateness);
-        let Some(batch) = late_input_rows(id, lateness, rows, self.input.fields().len(), late)
-            .map_err(|e| self.invalid(format!("late rows: {e}")))?
-        else {
-            return Ok(());
-        };
-        self.late_rows += batch.num_rows() as u64;
-        ctx.emit(1, StreamBatch::single(1, batch, p));
-        Ok(())
+        let width = self.input.fields().len();
+        self.minutes
+            .emit_late(ctx, p, (rows, width), late)
+            .map_err(|e| self.invalid(format!("late rows: {e}")))
     }
 }
 
@@ -973,7 +966,7 @@ impl Operator for Regression {
     }
 
     fn stats(&self) -> OperatorStats {
-        self.minutes.stats(self.late_rows)
+        self.minutes.stats()
     }
 }
 

@@ -48,7 +48,7 @@ use crate::anomaly::{AnomalySettings, Baseline};
 use crate::codec::{Reader, Writer, float_at, integer_at};
 use crate::forecast::{ForecastSettings, Trend};
 use crate::minutes::{
-    Closed, MINUTE, Minutes, RequestColumns, checked_input, inner_rows, late_input_rows, strings_of,
+    Closed, MINUTE, Minutes, RequestColumns, checked_input, inner_rows, strings_of,
 };
 use crate::timers::EXPIRY;
 use crate::window::{event_times, final_stream, iceberg_schema, late_stream, timestamp};
@@ -482,7 +482,6 @@ pub struct SeriesOperator {
     minutes: Minutes,
     /// Per partition: no expiry timer is earlier than this.
     expiry_floor: HashMap<u32, i64>,
-    late_rows: u64,
 }
 
 impl std::fmt::Debug for SeriesOperator {
@@ -623,7 +622,6 @@ impl SeriesOperator {
             input: arrow,
             minutes,
             expiry_floor: HashMap::new(),
-            late_rows: 0,
             spec,
         })
     }
@@ -815,14 +813,10 @@ impl SeriesOperator {
             }
         }
         if let Some(rows) = input {
-            let (id, lateness) = (&self.spec.id, self.spec.allowed_lateness);
-            if let Some(batch) =
-                late_input_rows(id, lateness, rows, self.input.fields().len(), closed.late)
-                    .map_err(|e| self.invalid(format!("late rows: {e}")))?
-            {
-                self.late_rows += batch.num_rows() as u64;
-                ctx.emit(1, StreamBatch::single(1, batch, p));
-            }
+            let width = self.input.fields().len();
+            self.minutes
+                .emit_late(ctx, p, (rows, width), closed.late)
+                .map_err(|e| self.invalid(format!("late rows: {e}")))?;
         }
         Ok(())
     }
@@ -1081,7 +1075,7 @@ impl Operator for SeriesOperator {
     }
 
     fn stats(&self) -> OperatorStats {
-        self.minutes.stats(self.late_rows)
+        self.minutes.stats()
     }
 }
 

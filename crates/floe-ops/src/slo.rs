@@ -48,8 +48,7 @@ use floe_core::{StreamBatch, StreamSpec};
 use crate::aggregate::{AggKind, Aggregate};
 use crate::codec::{Reader, Writer, integer_at, sortable};
 use crate::minutes::{
-    Closed, MINUTE, Minutes, ROW_COLUMN, RequestColumns, checked_input, inner_rows,
-    late_input_rows, strings_of,
+    Closed, MINUTE, Minutes, ROW_COLUMN, RequestColumns, checked_input, inner_rows, strings_of,
 };
 use crate::window::{event_times, final_stream, iceberg_schema, late_stream, timestamp};
 use crate::{Context, OpError, OpResult, Operator, OperatorStats};
@@ -210,7 +209,6 @@ pub struct Slo {
     keys: Vec<String>,
     by_key: HashMap<String, usize>,
     running: HashMap<u32, BTreeMap<String, Running>>,
-    late_rows: u64,
 }
 
 impl std::fmt::Debug for Slo {
@@ -360,7 +358,6 @@ impl Slo {
             keys,
             by_key,
             running: HashMap::new(),
-            late_rows: 0,
             spec,
         })
     }
@@ -628,15 +625,10 @@ impl Slo {
         rows: &RecordBatch,
         late: Vec<(usize, i64)>,
     ) -> OpResult<()> {
-        let (id, lateness) = (&self.spec.id, self.spec.allowed_lateness);
-        let Some(batch) = late_input_rows(id, lateness, rows, self.input.fields().len(), late)
-            .map_err(|e| self.invalid(format!("late rows: {e}")))?
-        else {
-            return Ok(());
-        };
-        self.late_rows += batch.num_rows() as u64;
-        ctx.emit(1, StreamBatch::single(1, batch, p));
-        Ok(())
+        let width = self.input.fields().len();
+        self.minutes
+            .emit_late(ctx, p, (rows, width), late)
+            .map_err(|e| self.invalid(format!("late rows: {e}")))
     }
 }
 
@@ -849,7 +841,7 @@ impl Operator for Slo {
     }
 
     fn stats(&self) -> OperatorStats {
-        self.minutes.stats(self.late_rows)
+        self.minutes.stats()
     }
 }
 
