@@ -152,6 +152,22 @@ pub async fn commit_checkpoint_planned(
     };
     let mut done: Vec<(iceberg::TableIdent, i64)> = Vec::new();
     let mut backoff = policy.initial_backoff;
+    // Whether an attempt's outcome stayed unknown: it may have landed, so whatever ends the
+    // loop without finding out must say so (the caller then keeps the data files).
+    let mut unknown = false;
+    let unresolved = |unknown: bool, e: LakeError| {
+        if unknown && e.kind() != ErrorKind::CommitStateUnknown {
+            LakeError::new(
+                ErrorKind::CommitStateUnknown,
+                format!(
+                    "checkpoint {} of job {}: an earlier attempt's outcome is unknown, then: {e}",
+                    marker.checkpoint_id, marker.job_id
+                ),
+            )
+        } else {
+            e
+        }
+    };
     for attempt in 1..=policy.attempts.max(1) {
         // Plan every table that does not carry the marker yet, on its current head.
         let mut pending: Vec<(LoadedTable, PreparedSnapshot)> = Vec::new();
@@ -159,7 +175,10 @@ pub async fn commit_checkpoint_planned(
         // The marker of this attempt: its positions are decided on the anchor's head.
         let mut attempt_marker: Option<CommitMarker> = None;
         for (index, (ident, delta)) in tables.iter().enumerate() {
-            let table = client.load_table(ident).await?;
+            let table = match client.load_table(ident).await {
+                Ok(table) => table,
+                Err(e) => return Err(unresolved(unknown, e)),
+            };
             let own = newest_marker_of(&table.metadata, &marker.job_id, marker.writer.as_deref())
                 .filter(|found| found.marker.checkpoint_id >= marker.checkpoint_id);
             if index == 0 {
@@ -208,7 +227,7 @@ pub async fn commit_checkpoint_planned(
             for (table, prepared) in &pending {
                 discard(table, &prepared.written).await;
             }
-            return Err(error);
+            return Err(unresolved(unknown, error));
         }
         if pending.is_empty() {
             return Ok(CommitReport {
@@ -265,6 +284,7 @@ pub async fn commit_checkpoint_planned(
                 );
                 // Files of a commit whose outcome is unknown may be referenced now; keep them
                 // (orphan removal collects them if not). A definite failure's files go.
+                unknown |= error.kind() == ErrorKind::CommitStateUnknown;
                 if error.kind() != ErrorKind::CommitStateUnknown {
                     for (table, prepared) in &pending {
                         if client
@@ -285,15 +305,18 @@ pub async fn commit_checkpoint_planned(
                 for (table, prepared) in &pending {
                     discard(table, &prepared.written).await;
                 }
-                return Err(error);
+                return Err(unresolved(unknown, error));
             }
         }
     }
-    Err(LakeError::new(
-        ErrorKind::Conflict,
-        format!(
-            "checkpoint {} of job {} did not commit after {} attempts",
-            marker.checkpoint_id, marker.job_id, policy.attempts
+    Err(unresolved(
+        unknown,
+        LakeError::new(
+            ErrorKind::Conflict,
+            format!(
+                "checkpoint {} of job {} did not commit after {} attempts",
+                marker.checkpoint_id, marker.job_id, policy.attempts
+            ),
         ),
     ))
 }

@@ -229,6 +229,40 @@ async fn an_unknown_outcome_before_the_commit_landed_commits_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_that_run_out_on_an_unknown_outcome_say_so_and_a_restart_finds_the_commit() {
+    let s = setup(false).await;
+    let (ident, _) = create_table(&s.client, "faults", "unknown").await;
+    *s.proxy.fault.lock().unwrap() = Fault::FailAfterForwarding;
+    let table = s.client.load_table(&ident).await.unwrap();
+    let delta = Delta {
+        data_files: write_data(&table, &[7, 8], 1.0).await,
+        ..Delta::default()
+    };
+    let once = RetryPolicy {
+        attempts: 1,
+        ..quick()
+    };
+    let err = commit_checkpoint(&s.client, &marker(1), &[(ident.clone(), delta)], &once)
+        .await
+        .unwrap_err();
+    // Not a plain failure: the caller must keep the files, which the table now references.
+    assert_eq!(
+        err.kind(),
+        floe_lake::ErrorKind::CommitStateUnknown,
+        "{err}"
+    );
+    let table = s.client.load_table(&ident).await.unwrap();
+    assert_eq!(scan(&table).await, vec![(7, 1.0), (8, 1.0)]);
+    // A restarted job replaying the checkpoint finds its marker and commits nothing more.
+    let again = checkpoint_rows(&s, &ident, &[7, 8], 1).await;
+    assert_eq!(again.attempts, 1);
+    let table = s.client.load_table(&ident).await.unwrap();
+    assert_eq!(snapshots_with(&table, 1), 1);
+    assert_eq!(scan(&table).await, vec![(7, 1.0), (8, 1.0)]);
+    s.h.catalog.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_concurrent_writer_gets_replanned_over() {
     let s = setup(false).await;
     let (ident, table) = create_table(&s.client, "faults", "race").await;

@@ -291,11 +291,14 @@ impl Committer {
                 streams: in_flight.streams,
             })),
             Err(e) => {
-                // Its files were never committed (a commit of unknown outcome is not an error
-                // here: commit_checkpoint_planned resolves it or fails loudly).
-                for (_, io, output) in &outputs {
-                    for file in output.files() {
-                        let _ = io.delete(file.file_path()).await;
+                // A definite failure: its files were never committed. An outcome still
+                // unknown keeps them — the commit may have landed; a restart finds its marker,
+                // and orphan removal collects them if it did not.
+                if e.kind() != ErrorKind::CommitStateUnknown {
+                    for (_, io, output) in &outputs {
+                        for file in output.files() {
+                            let _ = io.delete(file.file_path()).await;
+                        }
                     }
                 }
                 if e.kind() == ErrorKind::Fenced {
