@@ -300,6 +300,9 @@ impl Merger {
                 MergeRule::Quantile { sketch, .. } => {
                     index(sketch)?;
                 }
+                MergeRule::MaxBy { by } => {
+                    index(by)?;
+                }
                 _ => {}
             }
         }
@@ -467,6 +470,26 @@ impl Merger {
                     sketches.insert(name, merged);
                     array
                 }
+                MergeRule::MaxBy { by } => {
+                    // The row of each group with the largest `by`, then the largest value.
+                    let by = rows.column(self.schema.index_of(by).map_err(fail)?);
+                    let by = arrow_cast::cast(by, &DataType::Float64).map_err(fail)?;
+                    let by = by.as_primitive::<Float64Type>();
+                    let values = arrow_cast::cast(column, &DataType::Utf8).map_err(fail)?;
+                    let values = values.as_string::<i32>();
+                    let picks = UInt32Array::from_iter(groups.iter().map(|g| {
+                        g.iter()
+                            .copied()
+                            .filter(|&r| by.is_valid(r) && values.is_valid(r))
+                            .max_by(|&x, &y| {
+                                by.value(x)
+                                    .total_cmp(&by.value(y))
+                                    .then_with(|| values.value(x).cmp(values.value(y)))
+                            })
+                            .map(|r| r as u32)
+                    }));
+                    arrow_select::take::take(column, &picks, None).map_err(fail)?
+                }
                 MergeRule::Avg { .. } | MergeRule::Distinct { .. } | MergeRule::Quantile { .. } => {
                     continue;
                 }
@@ -605,6 +628,8 @@ mod tests {
                 ("users_hll", "hll"),
                 ("p50", "quantile:p50_sketch:0.5"),
                 ("p50_sketch", "sketch"),
+                ("slowest", "max_by:slowest_by"),
+                ("slowest_by", "max"),
             ]
             .into_iter()
             .map(|(c, r)| (c.to_string(), rule(r)))
@@ -674,6 +699,15 @@ mod tests {
                 sketches.iter().map(|q| q.quantile(0.5)),
             )),
             Arc::new(quantile::to_list_array(&sketches).unwrap()),
+            // max_by: the last user, picked by the largest value.
+            Arc::new(StringArray::from_iter_values(
+                partials.iter().map(|p| *p.4.last().unwrap()),
+            )),
+            Arc::new(Float64Array::from_iter_values(
+                partials
+                    .iter()
+                    .map(|p| p.3.iter().cloned().fold(0.0, f64::max)),
+            )),
         ];
         RecordBatch::try_new(schema.clone(), columns).unwrap()
     }
@@ -693,6 +727,8 @@ mod tests {
             Field::new("users_hll", hll::data_type(), false),
             Field::new("p50", DataType::Float64, true),
             Field::new("p50_sketch", quantile::data_type(), false),
+            Field::new("slowest", DataType::Utf8, true),
+            Field::new("slowest_by", DataType::Float64, true),
         ]))
     }
 
@@ -748,7 +784,8 @@ mod tests {
                     vec!["u1", "u2", "u3"],
                 ),
                 (0, "b", "p0", vec![7.0], vec!["u9"]),
-                (0, "c", "*", vec![1.0, 9.0, 6.0], vec!["u1", "u4"]),
+                // The pick of the partial with the largest value: u1 at 9.
+                (0, "c", "*", vec![1.0, 9.0, 6.0], vec!["u4", "u1"]),
                 (0, "c", "p2", vec![8.0], vec!["u5"]),
                 (10, "a", "p0", vec![1.0], vec!["u1"]),
                 (10, "a", "p1", vec![2.0], vec!["u1"]),

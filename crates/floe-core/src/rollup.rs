@@ -57,6 +57,12 @@ pub enum MergeRule {
         /// The quantile, in [0, 1].
         q: f64,
     },
+    /// A pick (`max_by`): the value of the partial whose `by` column is largest (ties: the
+    /// largest value).
+    MaxBy {
+        /// The column picked by.
+        by: String,
+    },
 }
 
 impl fmt::Display for MergeRule {
@@ -72,6 +78,7 @@ impl fmt::Display for MergeRule {
             MergeRule::Avg { sum, count } => write!(f, "avg:{sum}:{count}"),
             MergeRule::Distinct { hll } => write!(f, "distinct:{hll}"),
             MergeRule::Quantile { sketch, q } => write!(f, "quantile:{sketch}:{q}"),
+            MergeRule::MaxBy { by } => write!(f, "max_by:{by}"),
         }
     }
 }
@@ -101,6 +108,9 @@ impl FromStr for MergeRule {
                     }
                     "distinct" => MergeRule::Distinct {
                         hll: rest.to_string(),
+                    },
+                    "max_by" => MergeRule::MaxBy {
+                        by: rest.to_string(),
                     },
                     "quantile" => {
                         let (sketch, q) = rest.rsplit_once(':').ok_or_else(bad)?;
@@ -220,6 +230,13 @@ mod tests {
                         hll: "users_hll".into(),
                     },
                 ),
+                (
+                    "slowest".into(),
+                    MergeRule::MaxBy {
+                        by: "slowest_by".into(),
+                    },
+                ),
+                ("slowest_by".into(), MergeRule::Max),
             ],
         };
         let properties = plan.to_properties().into_iter().collect();

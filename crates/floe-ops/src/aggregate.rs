@@ -11,10 +11,15 @@
 //! | `avg(c)` | `n` double, `n_sum`, `n_count` | `sum(n_sum) / sum(n_count)` |
 //! | `count_distinct(c)` | `n` long (estimate), `n_hll` HyperLogLog registers | max rank per register (`floe_sketch`) |
 //! | `quantile(c, q)` | `n` double (estimate), `n_sketch` DDSketch buckets | sum of counts per bucket |
+//! | `max_by(c, by)` | `n` string (`c` of the row with the largest `by`), `n_by` double | `n` of the partial with the largest `n_by` |
 //!
 //! Sums of integer columns are exact (the merged answer equals the one-pass answer); sums of
 //! doubles are exact up to the order of floating-point additions. Null values are skipped
 //! (`count()` counts rows, `count(c)` non-null values).
+//!
+//! `max_by` (Trino's and DuckDB's name) picks one row's string `c`, such as the trace id of
+//! the slowest request: rows whose `by` is null or NaN are skipped, and of rows with the same
+//! `by` the largest `c` wins, so the pick never depends on arrival order.
 
 use floe_core::rollup::MergeRule;
 use std::sync::Arc;
@@ -45,6 +50,8 @@ pub enum AggKind {
     CountDistinct(String),
     /// The `q` quantile (DDSketch, relative error 1 %).
     Quantile(String, f64),
+    /// The string column's value in the row where the second column is largest.
+    MaxBy(String, String),
 }
 
 /// A named aggregate of a window operator.
@@ -67,18 +74,27 @@ impl AggKind {
             | Self::Max(c)
             | Self::Avg(c)
             | Self::CountDistinct(c)
-            | Self::Quantile(c, _) => Some(c),
+            | Self::Quantile(c, _)
+            | Self::MaxBy(c, _) => Some(c),
+        }
+    }
+
+    /// The column a row is picked by, if any.
+    pub fn by_column(&self) -> Option<&str> {
+        match self {
+            Self::MaxBy(_, by) => Some(by),
+            _ => None,
         }
     }
 }
 
 /// Parses `count()`, `count(c)`, `sum(c)`, `min(c)`, `max(c)`, `avg(c)`,
-/// `count_distinct(c)` and `quantile(c, q)`.
+/// `count_distinct(c)`, `quantile(c, q)` and `max_by(c, by)`.
 pub fn parse_aggregate(name: &str, text: &str) -> Result<Aggregate, String> {
     let bad = || {
         format!(
             "{text:?} is not an aggregate: count(), count(col), sum(col), min(col), max(col), \
-             avg(col), count_distinct(col) or quantile(col, 0.99)"
+             avg(col), count_distinct(col), quantile(col, 0.99) or max_by(col, by)"
         )
     };
     let (function, rest) = text.trim().split_once('(').ok_or_else(bad)?;
@@ -108,6 +124,7 @@ pub fn parse_aggregate(name: &str, text: &str) -> Result<Aggregate, String> {
             }
             AggKind::Quantile(column(&[c])?, q)
         }
+        ("max_by", [c, by]) => AggKind::MaxBy(column(&[c])?, column(&[by])?),
         _ => return Err(bad()),
     };
     if name.is_empty()
@@ -163,6 +180,8 @@ pub struct Bound {
     /// The aggregate.
     pub aggregate: Aggregate,
     column: Option<usize>,
+    /// `max_by`'s `by` column.
+    by: Option<usize>,
     numbers: Numbers,
     timezone: Option<Arc<str>>,
 }
@@ -178,8 +197,20 @@ impl Bound {
                     .ok_or_else(|| format!("{}: the input has no column {name}", aggregate.name))?;
                 let needs_numbers = !matches!(
                     aggregate.kind,
-                    AggKind::CountColumn(_) | AggKind::CountDistinct(_)
+                    AggKind::CountColumn(_) | AggKind::CountDistinct(_) | AggKind::MaxBy(..)
                 );
+                if matches!(aggregate.kind, AggKind::MaxBy(..))
+                    && !matches!(
+                        field.data_type(),
+                        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+                    )
+                {
+                    return Err(format!(
+                        "{}: max_by picks a string column; {name} is {}",
+                        aggregate.name,
+                        field.data_type()
+                    ));
+                }
                 let n = numbers(field.data_type());
                 if needs_numbers && n.is_none() {
                     return Err(format!(
@@ -204,9 +235,26 @@ impl Bound {
                 (Some(index), n.unwrap_or(Numbers::Integer), tz)
             }
         };
+        let by = match aggregate.kind.by_column() {
+            None => None,
+            Some(name) => {
+                let (index, field) = schema
+                    .column_with_name(name)
+                    .ok_or_else(|| format!("{}: the input has no column {name}", aggregate.name))?;
+                if self::numbers(field.data_type()).is_none() {
+                    return Err(format!(
+                        "{}: column {name} is {}, not a number or timestamp",
+                        aggregate.name,
+                        field.data_type()
+                    ));
+                }
+                Some(index)
+            }
+        };
         Ok(Self {
             aggregate: aggregate.clone(),
             column,
+            by,
             numbers,
             timezone,
         })
@@ -227,6 +275,7 @@ impl Bound {
             AggKind::Avg(_) => Acc::AvgI(0, 0),
             AggKind::CountDistinct(_) => Acc::Hll(Box::default()),
             AggKind::Quantile(..) => Acc::Quantile(Box::default()),
+            AggKind::MaxBy(..) => Acc::MaxBy(None),
         }
     }
 
@@ -249,6 +298,13 @@ impl Bound {
         };
         let array = columns[index].as_ref();
         if array.is_null(row) {
+            return;
+        }
+        if let Acc::MaxBy(best) = acc {
+            let by = self.by.and_then(|b| float_at(columns[b].as_ref(), row));
+            if let (Some(by), Some(value)) = (by.filter(|b| !b.is_nan()), string_at(array, row)) {
+                pick_max_by(best, by, value);
+            }
             return;
         }
         match acc {
@@ -282,6 +338,7 @@ impl Bound {
                     let _ = q.add(v);
                 }
             }
+            Acc::MaxBy(_) => {}
         }
     }
 
@@ -293,6 +350,7 @@ impl Bound {
                 DataType::Int64
             }
             (AggKind::Avg(_) | AggKind::Quantile(..), _) => DataType::Float64,
+            (AggKind::MaxBy(..), _) => DataType::Utf8,
             (_, Numbers::Float) => DataType::Float64,
             (AggKind::Min(_) | AggKind::Max(_), Numbers::Micros(_)) => {
                 DataType::Timestamp(TimeUnit::Microsecond, self.timezone.clone())
@@ -314,6 +372,10 @@ impl Bound {
             }
             AggKind::CountDistinct(_) => {
                 fields.push(Field::new(format!("{name}_hll"), hll::data_type(), false));
+            }
+            AggKind::MaxBy(..) => {
+                fields[0] = fields[0].clone().with_nullable(true);
+                fields.push(Field::new(format!("{name}_by"), DataType::Float64, true));
             }
             AggKind::Avg(_) => {
                 fields[0] = fields[0].clone().with_nullable(true);
@@ -365,7 +427,36 @@ impl Bound {
                 ),
                 (part("sketch"), MergeRule::Sketch),
             ],
+            AggKind::MaxBy(..) => vec![
+                (name.clone(), MergeRule::MaxBy { by: part("by") }),
+                (part("by"), MergeRule::Max),
+            ],
         }
+    }
+}
+
+/// The string at `row` of a string column.
+fn string_at(array: &dyn Array, row: usize) -> Option<&str> {
+    use arrow_array::cast::AsArray;
+    if array.is_null(row) {
+        return None;
+    }
+    match array.data_type() {
+        DataType::Utf8 => Some(array.as_string::<i32>().value(row)),
+        DataType::LargeUtf8 => Some(array.as_string::<i64>().value(row)),
+        DataType::Utf8View => Some(array.as_string_view().value(row)),
+        _ => None,
+    }
+}
+
+/// Keeps the larger of `best` and (`by`, `value`): by `by`, then by `value`.
+fn pick_max_by(best: &mut Option<(f64, String)>, by: f64, value: &str) {
+    let better = match best {
+        None => true,
+        Some((b, v)) => by.total_cmp(b).then_with(|| value.cmp(v.as_str())).is_gt(),
+    };
+    if better {
+        *best = Some((by, value.to_string()));
     }
 }
 
@@ -425,6 +516,8 @@ pub enum Acc {
     Hll(Box<HyperLogLog>),
     /// A quantile sketch.
     Quantile(Box<QuantileSketch>),
+    /// The largest (by, value) so far.
+    MaxBy(Option<(f64, String)>),
 }
 
 impl Acc {
@@ -448,6 +541,7 @@ impl Acc {
             }
             (Acc::Hll(a), Acc::Hll(b)) => a.merge(b),
             (Acc::Quantile(a), Acc::Quantile(b)) => a.merge(b),
+            (Acc::MaxBy(a), Acc::MaxBy(Some((by, value)))) => pick_max_by(a, *by, value),
             _ => {}
         }
     }
@@ -489,6 +583,11 @@ impl Acc {
                     w.i64(k as i64);
                     w.u64(n);
                 }
+            }
+            Acc::MaxBy(best) => {
+                let (by, value) = best.as_ref().map_or((None, ""), |(b, v)| (Some(*b), v));
+                opt_f(w, by);
+                w.short_bytes(value.as_bytes());
             }
         }
     }
@@ -536,6 +635,12 @@ impl Acc {
                     QuantileSketch::from_buckets(buckets).map_err(|e| format!("{e:?}"))?,
                 ))
             }
+            Acc::MaxBy(_) => {
+                let by = opt_f(r)?;
+                let value =
+                    String::from_utf8(r.short_bytes()?.to_vec()).map_err(|e| e.to_string())?;
+                Acc::MaxBy(by.map(|b| (b, value)))
+            }
         })
     }
 }
@@ -552,6 +657,7 @@ pub struct Columns {
     count: Int64Builder,
     sketches_h: Vec<HyperLogLog>,
     sketches_q: Vec<QuantileSketch>,
+    value_s: arrow_array::builder::StringBuilder,
 }
 
 impl Columns {
@@ -567,6 +673,7 @@ impl Columns {
             count: Int64Builder::new(),
             sketches_h: Vec::new(),
             sketches_q: Vec::new(),
+            value_s: arrow_array::builder::StringBuilder::new(),
         }
     }
 
@@ -605,6 +712,10 @@ impl Columns {
                 self.value_f.append_option(q.quantile(at));
                 self.sketches_q.push((**q).clone());
             }
+            Acc::MaxBy(best) => {
+                self.value_s.append_option(best.as_ref().map(|(_, v)| v));
+                self.value_f.append_option(best.as_ref().map(|(b, _)| *b));
+            }
         }
     }
 
@@ -614,6 +725,7 @@ impl Columns {
         let first = fields[0].data_type().clone();
         let value: ArrayRef = match first {
             DataType::Float64 => Arc::new(self.value_f.finish()),
+            DataType::Utf8 => Arc::new(self.value_s.finish()),
             DataType::Timestamp(..) => Arc::new(
                 self.value_t
                     .finish()
@@ -643,6 +755,7 @@ impl Columns {
                     quantile::to_list_array(sketches.iter()).expect("valid buckets"),
                 ));
             }
+            AggKind::MaxBy(..) => out.push(Arc::new(self.value_f.finish())),
             _ => {}
         }
         out
@@ -701,6 +814,7 @@ mod tests {
             "avg(f)",
             "count_distinct(s)",
             "quantile(d, 0.5)",
+            "max_by(s, f)",
         ] {
             let bound = Bound::new(&parse_aggregate("x", text).unwrap(), &schema).unwrap();
             let mut whole = bound.empty();
@@ -721,5 +835,58 @@ mod tests {
             assert_eq!(arrays.len(), bound.fields().len(), "{text}");
         }
         assert!(Bound::new(&parse_aggregate("x", "sum(s)").unwrap(), &schema).is_err());
+        assert!(Bound::new(&parse_aggregate("x", "max_by(d, f)").unwrap(), &schema).is_err());
+        assert!(Bound::new(&parse_aggregate("x", "max_by(s, s)").unwrap(), &schema).is_err());
+    }
+
+    #[test]
+    fn max_by_picks_the_same_row_in_any_order() {
+        let schema = Schema::new(vec![
+            Field::new("trace", DataType::Utf8, true),
+            Field::new("ns", DataType::Int64, true),
+        ]);
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(vec![
+                Some("a"),
+                Some("c"),
+                Some("b"),
+                None,
+                Some("z"),
+            ])),
+            Arc::new(Int64Array::from(vec![
+                Some(7),
+                Some(9),
+                Some(9),
+                Some(50),
+                None,
+            ])),
+        ];
+        let bound = Bound::new(
+            &parse_aggregate("slowest", "max_by(trace, ns)").unwrap(),
+            &schema,
+        )
+        .unwrap();
+        for order in [[0, 1, 2, 3, 4], [4, 3, 2, 1, 0], [2, 0, 4, 1, 3]] {
+            let mut acc = bound.empty();
+            for row in order {
+                bound.add(&mut acc, &columns, row);
+            }
+            // A null pick and a null `by` are skipped; of the ties at 9, "c" wins.
+            assert_eq!(acc, Acc::MaxBy(Some((9.0, "c".into()))), "{order:?}");
+        }
+        let mut out = Columns::new(&bound);
+        out.push(&Acc::MaxBy(Some((9.0, "c".into()))));
+        out.push(&bound.empty());
+        let arrays = out.finish();
+        let names: Vec<String> = bound.fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, ["slowest", "slowest_by"]);
+        assert_eq!(
+            arrays[0].as_ref(),
+            &StringArray::from(vec![Some("c"), None]) as &dyn Array
+        );
+        assert_eq!(
+            arrays[1].as_ref(),
+            &Float64Array::from(vec![Some(9.0), None]) as &dyn Array
+        );
     }
 }

@@ -28,6 +28,15 @@
 //! latency blip elsewhere), or in any measure when the rule names none; the services reached
 //! that way, deepest first (then by score), are its root-cause candidates.
 //!
+//! **Alert context.** A firing alert also carries what a person opens first, for its service
+//! over the last `root_cause_window`:
+//! * exemplar trace ids from the `exemplars` stream, whose rows hold `max_by` picks per
+//!   service and minute: `slowest_trace_id` (by `slowest_trace_id_by`, the duration) and
+//!   `failed_trace_id` (by `failed_trace_id_by`); the largest pick of the window wins;
+//! * the most frequent error messages from the `messages` stream (`message`, `count` per
+//!   service and minute; partial rows of one minute add up; the message `''` is none): the
+//!   `top_messages` largest sums, of at most ten kept per service and minute.
+//!
 //! **Grouping and suppression** (Alertmanager's grouping and inhibition): alerts whose first
 //! candidate is the same service form one group while any of them fires; the first to fire
 //! leads it and the others are `suppressed` (recorded, with `suppressed_by` naming the leader:
@@ -110,6 +119,12 @@ pub struct AlertsSpec {
     pub root_cause_minutes: i64,
     /// Minutes an edge of the service map is remembered.
     pub topology_minutes: i64,
+    /// The union's input with exemplar trace ids (`max_by` picks, see the module docs).
+    pub exemplars: Option<String>,
+    /// The union's input with error messages (`message`, `count`).
+    pub messages: Option<String>,
+    /// Error messages a firing alert lists.
+    pub top_messages: usize,
     /// Minutes after resolving in which the same alert firing again is suppressed.
     pub suppress_minutes: i64,
     /// The output stream (one row per transition).
@@ -130,12 +145,18 @@ pub const DEFAULT_ROOT_CAUSE_SCORE: f64 = 3.0;
 pub const DEFAULT_ROOT_CAUSE_MINUTES: i64 = 5;
 /// See [`DEFAULT_FOR_MINUTES`].
 pub const DEFAULT_TOPOLOGY_MINUTES: i64 = 15;
+/// See [`DEFAULT_FOR_MINUTES`].
+pub const DEFAULT_TOP_MESSAGES: usize = 3;
+/// Error messages kept per service and minute.
+const KEPT_MESSAGES: usize = 10;
+/// The exemplar picks an `exemplars` stream may hold, as output columns.
+const EXEMPLARS: [&str; 2] = ["slowest_trace_id", "failed_trace_id"];
 
 impl AlertsSpec {
     /// A digest of what its state depends on.
     pub fn fingerprint(&self) -> String {
         format!(
-            "alerts v1 on {} lateness {}",
+            "alerts v2 on {} lateness {}",
             self.time_column, self.allowed_lateness
         )
     }
@@ -181,6 +202,8 @@ impl AlertsSpec {
 const RULE: &str = "r";
 const HEALTH: &str = "h";
 const EDGE: &str = "e";
+const EXEMPLAR: &str = "x";
+const MESSAGE: &str = "m";
 /// A row that is no fact: it only carries its clock.
 const NONE: &str = ".";
 
@@ -238,7 +261,16 @@ struct Stage {
     health: BTreeMap<(String, String), VecDeque<(i64, f64)>>,
     /// (caller, callee) → the last minute seen.
     edges: BTreeMap<(String, String), i64>,
+    /// (service, exemplar) → (minute, by, trace id) of recent minutes, oldest first.
+    exemplars: BTreeMap<(String, String), VecDeque<Pick>>,
+    /// Service → (minute, its most frequent messages with counts) of recent minutes.
+    messages: BTreeMap<String, VecDeque<(i64, Counts)>>,
 }
+
+/// A minute's exemplar: (minute, what it was picked by, trace id).
+type Pick = (i64, f64, String);
+/// Messages with their counts.
+type Counts = Vec<(String, f64)>;
 
 fn put_str(w: &mut Writer, s: &str) {
     w.short_bytes(s.as_bytes());
@@ -266,7 +298,8 @@ fn get_opt(r: &mut Reader<'_>) -> Result<Option<f64>, String> {
 }
 
 impl Stage {
-    const VERSION: u8 = 2;
+    /// 3 added the context; a stage of version 2 is read with none.
+    const VERSION: u8 = 3;
 
     fn encode(&self) -> Vec<u8> {
         let mut w = Writer(vec![Self::VERSION]);
@@ -315,13 +348,37 @@ impl Stage {
             put_str(&mut w, callee);
             w.zigzag(*m);
         }
+        w.varint(self.exemplars.len() as u64);
+        for ((service, kind), minutes) in &self.exemplars {
+            put_str(&mut w, service);
+            put_str(&mut w, kind);
+            w.varint(minutes.len() as u64);
+            for (m, by, trace) in minutes {
+                w.zigzag(*m);
+                w.f64(*by);
+                put_str(&mut w, trace);
+            }
+        }
+        w.varint(self.messages.len() as u64);
+        for (service, minutes) in &self.messages {
+            put_str(&mut w, service);
+            w.varint(minutes.len() as u64);
+            for (m, top) in minutes {
+                w.zigzag(*m);
+                w.varint(top.len() as u64);
+                for (message, n) in top {
+                    put_str(&mut w, message);
+                    w.f64(*n);
+                }
+            }
+        }
         w.0
     }
 
     fn decode(bytes: &[u8]) -> Result<Self, String> {
         let mut r = Reader(bytes);
         let version = r.u8()?;
-        if version != Self::VERSION {
+        if !(2..=Self::VERSION).contains(&version) {
             return Err(format!("alert stage version {version} is unknown"));
         }
         let next = match r.u8()? {
@@ -384,6 +441,30 @@ impl Stage {
             let callee = get_str(&mut r)?;
             stage.edges.insert((caller, callee), r.zigzag()?);
         }
+        if version < 3 {
+            return Ok(stage);
+        }
+        for _ in 0..r.varint()? {
+            let key = (get_str(&mut r)?, get_str(&mut r)?);
+            let mut minutes = VecDeque::new();
+            for _ in 0..r.varint()? {
+                minutes.push_back((r.zigzag()?, r.f64()?, get_str(&mut r)?));
+            }
+            stage.exemplars.insert(key, minutes);
+        }
+        for _ in 0..r.varint()? {
+            let service = get_str(&mut r)?;
+            let mut minutes = VecDeque::new();
+            for _ in 0..r.varint()? {
+                let m = r.zigzag()?;
+                let mut top = Vec::new();
+                for _ in 0..r.varint()? {
+                    top.push((get_str(&mut r)?, r.f64()?));
+                }
+                minutes.push_back((m, top));
+            }
+            stage.messages.insert(service, minutes);
+        }
         Ok(stage)
     }
 }
@@ -400,6 +481,19 @@ struct MinuteFacts {
     health: BTreeMap<(String, String), f64>,
     /// (caller, callee).
     edges: BTreeSet<(String, String)>,
+    /// (service, exemplar) → the largest (by, trace id).
+    exemplars: BTreeMap<(String, String), (f64, String)>,
+    /// (service, message) → its count.
+    messages: BTreeMap<(String, String), f64>,
+}
+
+/// What a firing alert shows of its service: exemplar traces and frequent error messages.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct AlertContext {
+    /// Per [`EXEMPLARS`] entry: the pick of the window, if any.
+    exemplars: [Option<String>; 2],
+    /// The most frequent messages with their counts, most frequent first.
+    messages: Vec<(String, f64)>,
 }
 
 /// A root-cause candidate.
@@ -421,6 +515,7 @@ struct Transition {
     alert: Alert,
     suppressed_by: Option<String>,
     candidates: Vec<Candidate>,
+    context: AlertContext,
 }
 
 /// An `alerts` operator.
@@ -433,6 +528,9 @@ pub struct Alerts {
     rules: Vec<Expressions>,
     health: Option<Expressions>,
     topology: Option<Expressions>,
+    /// The exemplar picks the stream has (indexes into [`EXEMPLARS`]), and their columns.
+    exemplars: Option<(Vec<usize>, Expressions)>,
+    messages: Option<Expressions>,
     minutes: Minutes,
     stages: HashMap<u32, Stage>,
 }
@@ -482,6 +580,13 @@ fn output_schema() -> Schema {
             false,
         ),
         text("summary", false),
+        text("slowest_trace_id", true),
+        text("failed_trace_id", true),
+        Field::new(
+            "top_errors",
+            DataType::List(Arc::new(Field::new("element", DataType::Utf8, true))),
+            false,
+        ),
     ])
 }
 
@@ -595,6 +700,55 @@ impl Alerts {
             }
             None => None,
         };
+        let exemplars = match &spec.exemplars {
+            Some(stream) => {
+                known(stream, "exemplars")?;
+                let picks: Vec<usize> = (0..EXEMPLARS.len())
+                    .filter(|&i| {
+                        arrow.field_with_name(EXEMPLARS[i]).is_ok()
+                            && arrow
+                                .field_with_name(&format!("{}_by", EXEMPLARS[i]))
+                                .is_ok()
+                    })
+                    .collect();
+                if picks.is_empty() {
+                    return Err(format!(
+                        "exemplars {stream}: no column {} with its {}_by (a window's \
+                         `{} = \"max_by(trace_id, duration_ns)\"`)",
+                        EXEMPLARS.join(" or "),
+                        EXEMPLARS[0],
+                        EXEMPLARS[0]
+                    ));
+                }
+                let mut columns = vec![format!("CAST({} AS VARCHAR)", ident(&spec.service_column))];
+                for &i in &picks {
+                    columns.push(format!("CAST({} AS VARCHAR)", ident(EXEMPLARS[i])));
+                    columns.push(format!(
+                        "CAST({} AS DOUBLE)",
+                        ident(&format!("{}_by", EXEMPLARS[i]))
+                    ));
+                }
+                let e = Expressions::new(&arrow, &columns, Some(&of_stream(stream, None)))
+                    .map_err(|e| format!("exemplars {stream}: {e}"))?;
+                Some((picks, e))
+            }
+            None => None,
+        };
+        let messages = match &spec.messages {
+            Some(stream) => {
+                known(stream, "messages")?;
+                let columns = [
+                    format!("CAST({} AS VARCHAR)", ident(&spec.service_column)),
+                    "CAST(message AS VARCHAR)".to_string(),
+                    "CAST(\"count\" AS DOUBLE)".to_string(),
+                ];
+                Some(
+                    Expressions::new(&arrow, &columns, Some(&of_stream(stream, None)))
+                        .map_err(|e| format!("messages {stream} (message, count): {e}"))?,
+                )
+            }
+            None => None,
+        };
         let time_type = arrow
             .field_with_name(&spec.time_column)
             .map_err(|_| format!("stream {} has no column {}", input.name, spec.time_column))?
@@ -628,10 +782,17 @@ impl Alerts {
             &clocked,
             (spec.out_of_orderness, spec.allowed_lateness),
             vec!["fact".into(), "a".into(), "b".into()],
-            vec![Aggregate {
-                name: "value".into(),
-                kind: AggKind::Max("value".into()),
-            }],
+            vec![
+                Aggregate {
+                    name: "value".into(),
+                    kind: AggKind::Max("value".into()),
+                },
+                // Message counts of one minute come in partial rows: they add up.
+                Aggregate {
+                    name: "total".into(),
+                    kind: AggKind::Sum("value".into()),
+                },
+            ],
         )?;
         let rows = output_schema();
         let outputs = vec![
@@ -651,6 +812,8 @@ impl Alerts {
             rules,
             health,
             topology,
+            exemplars,
+            messages,
             minutes,
             stages: HashMap::new(),
         })
@@ -740,6 +903,35 @@ impl Alerts {
                 }
             }
         }
+        if let Some((picks, e)) = &self.exemplars {
+            let (at, columns) = e.evaluate(rows).map_err(|e| self.invalid(e))?;
+            let service = text(&columns[0])?;
+            for (n, &pick) in picks.iter().enumerate() {
+                let traces = text(&columns[1 + 2 * n])?;
+                let by = &columns[2 + 2 * n];
+                for (j, row) in at.iter().enumerate() {
+                    matched[*row as usize] = true;
+                    let by = float_at(by.as_ref(), j).filter(|v| v.is_finite());
+                    if by.is_some() && !traces.is_null(j) {
+                        let b = format!("{}\u{1f}{}", EXEMPLARS[pick], traces.value(j));
+                        out.push((*row, EXEMPLAR, value_of(&service, j), b, by));
+                    }
+                }
+            }
+        }
+        if let Some(e) = &self.messages {
+            let (at, columns) = e.evaluate(rows).map_err(|e| self.invalid(e))?;
+            let (service, message) = (text(&columns[0])?, text(&columns[1])?);
+            for (j, row) in at.iter().enumerate() {
+                matched[*row as usize] = true;
+                let count = float_at(columns[2].as_ref(), j).filter(|v| v.is_finite() && *v > 0.0);
+                // '' is no message: rows of it only carry the clock.
+                if count.is_some() && !message.is_null(j) && !message.value(j).is_empty() {
+                    let (a, b) = (value_of(&service, j), value_of(&message, j));
+                    out.push((*row, MESSAGE, a, b, count));
+                }
+            }
+        }
         for (row, m) in matched.iter().enumerate() {
             if !m {
                 out.push((row as u32, NONE, String::new(), String::new(), None));
@@ -803,6 +995,7 @@ impl Alerts {
                 bs.map_err(|e| self.invalid(e))?,
             );
             let values = b.column_by_name("value").expect("window rows");
+            let totals = b.column_by_name("total").expect("window rows");
             for r in 0..b.num_rows() {
                 let minute = integer_at(starts.as_ref(), r)
                     .unwrap_or_default()
@@ -834,6 +1027,27 @@ impl Alerts {
                     EDGE => {
                         f.edges
                             .insert((a.value(r).to_string(), bs.value(r).to_string()));
+                    }
+                    EXEMPLAR => {
+                        let (Some((kind, trace)), Some(by)) =
+                            (bs.value(r).split_once('\u{1f}'), value)
+                        else {
+                            return Err(self.invalid("an exemplar fact without its pick"));
+                        };
+                        let pick = (by, trace.to_string());
+                        let best = f
+                            .exemplars
+                            .entry((a.value(r).to_string(), kind.to_string()))
+                            .or_insert_with(|| pick.clone());
+                        if (pick.0, &pick.1) > (best.0, &best.1) {
+                            *best = pick;
+                        }
+                    }
+                    MESSAGE => {
+                        if let Some(n) = float_at(totals.as_ref(), r) {
+                            let key = (a.value(r).to_string(), bs.value(r).to_string());
+                            *f.messages.entry(key).or_default() += n;
+                        }
                     }
                     _ => {}
                 }
@@ -924,6 +1138,36 @@ impl Alerts {
         for edge in facts.edges {
             stage.edges.insert(edge, m);
         }
+        for ((service, kind), (by, trace)) in facts.exemplars {
+            let recent = stage.exemplars.entry((service, kind)).or_default();
+            recent.push_back((m, by, trace));
+        }
+        let mut by_service: BTreeMap<String, Vec<(String, f64)>> = BTreeMap::new();
+        for ((service, message), n) in facts.messages {
+            by_service.entry(service).or_default().push((message, n));
+        }
+        for (service, mut top) in by_service {
+            top.sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+            top.truncate(KEPT_MESSAGES);
+            stage
+                .messages
+                .entry(service)
+                .or_default()
+                .push_back((m, top));
+        }
+        let old = m - spec.root_cause_minutes;
+        stage.exemplars.retain(|_, recent| {
+            while recent.front().is_some_and(|(at, ..)| *at <= old) {
+                recent.pop_front();
+            }
+            !recent.is_empty()
+        });
+        stage.messages.retain(|_, recent| {
+            while recent.front().is_some_and(|(at, _)| *at <= old) {
+                recent.pop_front();
+            }
+            !recent.is_empty()
+        });
         stage
             .edges
             .retain(|_, last| *last > m - spec.topology_minutes);
@@ -1004,6 +1248,7 @@ impl Alerts {
                         alert: a.clone(),
                         suppressed_by: None,
                         candidates: Vec::new(),
+                        context: AlertContext::default(),
                     });
                 }
                 Phase::Resolved if m - a.resolved > spec.suppress_minutes => {
@@ -1060,15 +1305,45 @@ impl Alerts {
                     earlier
                 }
             };
+            let alert = a.clone();
             out.push(Transition {
                 minute: m,
                 rule,
                 key,
-                alert: a.clone(),
+                context: self.context(stage, &alert.service),
+                alert,
                 suppressed_by,
                 candidates,
             });
         }
+    }
+
+    /// The context of an alert on `service` from the recent minutes `stage` holds.
+    fn context(&self, stage: &Stage, service: &str) -> AlertContext {
+        let mut context = AlertContext::default();
+        for (i, kind) in EXEMPLARS.iter().enumerate() {
+            let key = (service.to_string(), kind.to_string());
+            context.exemplars[i] = stage.exemplars.get(&key).and_then(|recent| {
+                recent
+                    .iter()
+                    .max_by(|x, y| x.1.total_cmp(&y.1).then_with(|| x.2.cmp(&y.2)))
+                    .map(|(_, _, trace)| trace.clone())
+            });
+        }
+        let mut counts: BTreeMap<&str, f64> = BTreeMap::new();
+        for (_, top) in stage.messages.get(service).into_iter().flatten() {
+            for (message, n) in top {
+                *counts.entry(message).or_default() += n;
+            }
+        }
+        let mut top: Vec<(String, f64)> = counts
+            .into_iter()
+            .map(|(m, n)| (m.to_string(), n))
+            .collect();
+        top.sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+        top.truncate(self.spec.top_messages);
+        context.messages = top;
+        context
     }
 
     /// The root-cause candidates of an alert on `service` about health `measure` ("": any)
@@ -1148,6 +1423,12 @@ impl Alerts {
             true,
         )));
         let mut summaries = StringBuilder::new();
+        let mut exemplars = [StringBuilder::new(), StringBuilder::new()];
+        let mut errors = ListBuilder::new(StringBuilder::new()).with_field(Arc::new(Field::new(
+            "element",
+            DataType::Utf8,
+            true,
+        )));
         for t in transitions {
             let rule = &self.spec.rules[t.rule as usize];
             let a = &t.alert;
@@ -1179,6 +1460,13 @@ impl Alerts {
             }
             roots.append(true);
             summaries.append_value(summary(rule, t));
+            for (b, pick) in exemplars.iter_mut().zip(&t.context.exemplars) {
+                b.append_option(pick.as_deref());
+            }
+            for (message, _) in &t.context.messages {
+                errors.values().append_value(message);
+            }
+            errors.append(true);
         }
         let tz = |b: &mut TimestampMicrosecondBuilder| -> ArrayRef {
             Arc::new(b.finish().with_timezone("+00:00"))
@@ -1196,6 +1484,10 @@ impl Alerts {
         columns.push(Arc::new(root.finish()));
         columns.push(Arc::new(roots.finish()));
         columns.push(Arc::new(summaries.finish()));
+        for b in &mut exemplars {
+            columns.push(Arc::new(b.finish()));
+        }
+        columns.push(Arc::new(errors.finish()));
         RecordBatch::try_new(self.rows.clone(), columns)
             .map_err(|e| self.invalid(format!("alert rows: {e}")))
     }
@@ -1240,6 +1532,12 @@ fn summary(rule: &Rule, t: &Transition) -> String {
             .map(|c| format!("{} (depth {}, score {:.1})", c.service, c.depth, c.score))
             .collect();
         s.push_str(&format!("; root-cause candidates: {}", ranked.join(", ")));
+    }
+    if let Some((message, n)) = t.context.messages.first() {
+        s.push_str(&format!("; top error: {message:?} ×{n}"));
+    }
+    if let Some(trace) = &t.context.exemplars[1] {
+        s.push_str(&format!("; failed trace {trace}"));
     }
     if let Some(by) = &t.suppressed_by {
         s.push_str(&format!("; suppressed by {by}"));
@@ -1331,7 +1629,7 @@ mod tests {
     const T0: i64 = 1_759_999_980 * S;
 
     /// The union's columns: each fact stream fills some.
-    const COLUMNS: [(&str, PrimitiveType); 9] = [
+    const COLUMNS: [(&str, PrimitiveType); 13] = [
         ("window_start", PrimitiveType::Timestamptz),
         ("service_name", PrimitiveType::String),
         ("measure", PrimitiveType::String),
@@ -1341,6 +1639,10 @@ mod tests {
         ("caller_service", PrimitiveType::String),
         ("callee_service", PrimitiveType::String),
         ("stream", PrimitiveType::String),
+        ("failed_trace_id", PrimitiveType::String),
+        ("failed_trace_id_by", PrimitiveType::Double),
+        ("message", PrimitiveType::String),
+        ("count", PrimitiveType::Long),
     ];
 
     fn input() -> StreamSpec {
@@ -1365,7 +1667,7 @@ mod tests {
                 (ONE_PARTITION.into(), "true".into()),
                 (
                     crate::union::FINAL_STREAMS.into(),
-                    "anomalies,scores,slo,edges".into(),
+                    "anomalies,scores,slo,edges,exemplars,messages".into(),
                 ),
             ],
             ..StreamSpec::append("facts", "facts", schema)
@@ -1409,6 +1711,9 @@ mod tests {
             root_cause_score: DEFAULT_ROOT_CAUSE_SCORE,
             root_cause_minutes: DEFAULT_ROOT_CAUSE_MINUTES,
             topology_minutes: DEFAULT_TOPOLOGY_MINUTES,
+            exemplars: Some("exemplars".into()),
+            messages: Some("messages".into()),
+            top_messages: 2,
             suppress_minutes: DEFAULT_SUPPRESS_MINUTES,
             output: "alerts".into(),
             late_output: "alerts_late".into(),
@@ -1426,6 +1731,9 @@ mod tests {
         slo: Option<&'static str>,
         page: Option<bool>,
         callee: Option<&'static str>,
+        /// A failed trace's id and duration, or a message and its count.
+        text: Option<String>,
+        number: Option<f64>,
     }
 
     fn fact(minute: i64, stream: &'static str, service: &'static str) -> Fact {
@@ -1438,6 +1746,8 @@ mod tests {
             slo: None,
             page: None,
             callee: None,
+            text: None,
+            number: None,
         }
     }
 
@@ -1479,6 +1789,29 @@ mod tests {
                     });
                 }
             }
+            // Exemplars: the failed trace picked per minute, longest in minute 18. Messages of
+            // the failing inventory, each minute in two partial rows that add up.
+            for service in ["checkout", "inventory"] {
+                out.push(Fact {
+                    text: Some(format!("{service}-{m}")),
+                    number: Some(if m == 18 { 900.0 } else { 100.0 + m as f64 }),
+                    ..fact(m, "exemplars", service)
+                });
+            }
+            if (20..30).contains(&m) {
+                for (message, n) in [("stock failed", 3), ("timeout", 4), ("stock failed", 2)] {
+                    out.push(Fact {
+                        text: Some(message.into()),
+                        number: Some(n as f64),
+                        ..fact(m, "messages", "inventory")
+                    });
+                }
+                out.push(Fact {
+                    text: Some("rare".into()),
+                    number: Some(1.0),
+                    ..fact(m, "messages", "inventory")
+                });
+            }
             for (slo, service, paging) in [
                 ("frontend-availability", "frontend", (21..31).contains(&m)),
                 ("search-availability", "search", m == 45),
@@ -1501,6 +1834,8 @@ mod tests {
                     "window_start" => timestamp(),
                     "score" => DataType::Float64,
                     "page_1h" => DataType::Boolean,
+                    "failed_trace_id_by" => DataType::Float64,
+                    "count" => DataType::Int64,
                     _ => DataType::Utf8,
                 };
                 Field::new(*n, ty, true)
@@ -1510,6 +1845,23 @@ mod tests {
         let texts = |f: fn(&Fact) -> Option<&'static str>| -> ArrayRef {
             Arc::new(facts.iter().map(f).collect::<StringArray>())
         };
+        let of = |stream: &str| -> (ArrayRef, ArrayRef) {
+            let text = facts
+                .iter()
+                .map(|f| f.text.as_deref().filter(|_| f.stream == stream))
+                .collect::<StringArray>();
+            let numbers = facts
+                .iter()
+                .map(|f| f.number.filter(|_| f.stream == stream));
+            let numbers: ArrayRef = if stream == "messages" {
+                Arc::new(numbers.map(|n| n.map(|n| n as i64)).collect::<Int64Array>())
+            } else {
+                Arc::new(numbers.collect::<Float64Array>())
+            };
+            (Arc::new(text), numbers)
+        };
+        let (traces, durations) = of("exemplars");
+        let (messages, counts) = of("messages");
         let columns: Vec<ArrayRef> = vec![
             Arc::new(
                 TimestampMicrosecondArray::from(
@@ -1528,6 +1880,10 @@ mod tests {
             texts(|f| (f.stream == "edges").then_some(f.service)),
             texts(|f| f.callee),
             texts(|f| Some(f.stream)),
+            traces,
+            durations,
+            messages,
+            counts,
             Arc::new(Int64Array::from(vec![clock; facts.len()])),
         ];
         StreamBatch::single(
@@ -1539,8 +1895,10 @@ mod tests {
 
     /// A transition: (minute, alert id, state, suppressed by, root causes).
     type Row = (i64, String, String, Option<String>, Vec<String>);
+    /// Its context: failed trace, top errors.
+    type Shown = (Option<String>, Vec<String>);
 
-    fn rows(emitted: Vec<(usize, StreamBatch)>, out: &mut Vec<Row>) {
+    fn rows(emitted: Vec<(usize, StreamBatch)>, out: &mut Vec<(Row, Shown)>) {
         for (output, b) in emitted {
             assert_eq!(
                 output,
@@ -1555,26 +1913,32 @@ mod tests {
                 .column_by_name("window_start")
                 .unwrap()
                 .as_primitive::<TimestampMicrosecondType>();
-            let roots = b.column_by_name("root_causes").unwrap().as_list::<i32>();
+            let list = |n: &str, r: usize| -> Vec<String> {
+                let list = b.column_by_name(n).unwrap().as_list::<i32>().value(r);
+                let list = list.as_string::<i32>();
+                (0..list.len()).map(|i| list.value(i).to_string()).collect()
+            };
+            let failed = text("failed_trace_id");
             for r in 0..b.num_rows() {
-                let causes = roots.value(r);
-                let causes = causes.as_string::<i32>();
-                out.push((
+                let row = (
                     (starts.value(r) - T0) / MINUTE,
                     ids.value(r).to_string(),
                     states.value(r).to_string(),
                     (!by.is_null(r)).then(|| by.value(r).to_string()),
-                    (0..causes.len())
-                        .map(|i| causes.value(i).to_string())
-                        .collect(),
-                ));
+                    list("root_causes", r),
+                );
+                let shown = (
+                    (!failed.is_null(r)).then(|| failed.value(r).to_string()),
+                    list("top_errors", r),
+                );
+                out.push((row, shown));
             }
         }
     }
 
     /// Runs `facts` in chunks of `size`, the clock at each chunk's start; with `restart`, a
     /// fresh operator restores the state halfway.
-    fn run(facts: &[Fact], size: usize, restart: bool) -> Vec<Row> {
+    fn run(facts: &[Fact], size: usize, restart: bool) -> Vec<(Row, Shown)> {
         static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("floe-alerts-{}-{run}", std::process::id()));
@@ -1611,7 +1975,10 @@ mod tests {
 
     #[test]
     fn a_failing_dependency_raises_one_group_led_by_it_and_alerts_resolve_after_keep_firing() {
-        let out = run(&incident(), usize::MAX, false);
+        let out: Vec<Row> = run(&incident(), usize::MAX, false)
+            .into_iter()
+            .map(|(row, _)| row)
+            .collect();
         let inventory = id("anomaly", "service_name=inventory,measure=error_rate", 20);
         let checkout = id("anomaly", "service_name=checkout,measure=error_rate", 21);
         let slo = id("slo-burn", "slo=frontend-availability", 22);
@@ -1658,6 +2025,39 @@ mod tests {
             (54, again, "resolved".into(), None, vec![]),
         ];
         assert_eq!(out, expected);
+    }
+
+    #[test]
+    fn firing_alerts_show_the_failed_trace_and_the_most_frequent_errors_of_their_service() {
+        let out = run(&incident(), usize::MAX, false);
+        let shown = |minute: i64, id: &str| -> Shown {
+            out.iter()
+                .find(|(row, _)| row.0 == minute && row.1.starts_with(id))
+                .map(|(_, shown)| shown.clone())
+                .unwrap_or_else(|| panic!("no {id} at {minute}"))
+        };
+        let top = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // Partial counts add up (stock 3 + 2 beats timeout 4); two messages are shown. The
+        // failed trace is the longest of the last five minutes (16–20): minute 18's.
+        assert_eq!(
+            shown(20, "anomaly/service_name=inventory"),
+            (
+                Some("inventory-18".into()),
+                top(&["stock failed", "timeout"])
+            )
+        );
+        // The longest pick of the last five minutes (17–21), not the latest.
+        assert_eq!(
+            shown(21, "anomaly/service_name=checkout").0,
+            Some("checkout-18".into())
+        );
+        // Resolved rows carry no context; a service without messages shows none.
+        assert_eq!(shown(32, "anomaly/service_name=checkout"), (None, vec![]));
+        assert_eq!(
+            shown(22, "slo-burn/").1,
+            Vec::<String>::new(),
+            "frontend logged no errors"
+        );
     }
 
     #[test]
@@ -1709,7 +2109,23 @@ mod tests {
             VecDeque::from([(40, 3.5), (41, -1.0)]),
         );
         stage.edges.insert(("a".into(), "b".into()), 41);
+        stage.exemplars.insert(
+            ("a".into(), "failed_trace_id".into()),
+            VecDeque::from([(40, 12.5, "t1".into()), (41, 3.0, "t2".into())]),
+        );
+        stage.messages.insert(
+            "a".into(),
+            VecDeque::from([(41, vec![("timeout".into(), 7.0), ("refused".into(), 1.0)])]),
+        );
         assert_eq!(Stage::decode(&stage.encode()).unwrap(), stage);
+        // A stage of version 2 (before the context) is read with none.
+        let mut old = stage.clone();
+        old.exemplars.clear();
+        old.messages.clear();
+        let mut bytes = old.encode();
+        bytes[0] = 2;
+        bytes.truncate(bytes.len() - 2);
+        assert_eq!(Stage::decode(&bytes).unwrap(), old);
     }
 
     #[test]
@@ -1728,5 +2144,29 @@ mod tests {
         bad.rules[0].when = Some("no_such_column > 1".into());
         let e = Alerts::new(bad, &input()).unwrap_err();
         assert!(e.contains("rule slo-burn"), "{e}");
+        let mut bad = spec();
+        bad.exemplars = Some("slo".into());
+        let mut plain = input();
+        plain.schema = Some(
+            iceberg::spec::Schema::builder()
+                .with_fields(
+                    COLUMNS[..9]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (n, t))| {
+                            NestedField::optional(i as i32 + 1, *n, Type::Primitive(t.clone()))
+                                .into()
+                        })
+                        .collect::<Vec<_>>(),
+                )
+                .build()
+                .unwrap(),
+        );
+        bad.messages = None;
+        let e = Alerts::new(bad, &plain).unwrap_err();
+        assert!(
+            e.contains("no column slowest_trace_id or failed_trace_id"),
+            "{e}"
+        );
     }
 }

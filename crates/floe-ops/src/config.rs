@@ -266,6 +266,12 @@ pub struct RawAlerts {
     pub root_cause_score: Option<Spanned<f64>>,
     /// How much health before an alert is looked at (`5m`).
     pub root_cause_window: Option<Text>,
+    /// The union's input with exemplar trace ids (`slowest_trace_id`, `failed_trace_id`).
+    pub exemplars: Option<Text>,
+    /// The union's input with error messages (`message`, `count`).
+    pub messages: Option<Text>,
+    /// Error messages a firing alert lists (3).
+    pub top_messages: Option<Spanned<i64>>,
 }
 
 /// `[[operators]] forecast = {…}` as written.
@@ -1783,6 +1789,14 @@ fn alerts(c: &mut Checker<'_>, id: &str, raw: &RawOperator, at: &Text) -> Option
             return None;
         }
     };
+    let top_messages = match &a.top_messages {
+        None => d::DEFAULT_TOP_MESSAGES,
+        Some(n) if (0..=100).contains(n.get_ref()) => *n.get_ref() as usize,
+        Some(n) => {
+            c.at(n, "`top_messages` is between 0 and 100");
+            return None;
+        }
+    };
     let service_column = column_or(c, &raw.service_column, "service_name");
     let Some(raw_rules) = raw.rules.as_ref().filter(|r| !r.is_empty()) else {
         c.at(
@@ -1849,6 +1863,9 @@ fn alerts(c: &mut Checker<'_>, id: &str, raw: &RawOperator, at: &Text) -> Option
         root_cause_score,
         root_cause_minutes,
         topology_minutes,
+        exemplars: c.opt(a.exemplars.as_ref()),
+        messages: c.opt(a.messages.as_ref()),
+        top_messages,
         suppress_minutes: suppress,
         output: String::new(),
         late_output: String::new(),

@@ -993,6 +993,25 @@ fn fresh(config: &crate::config::GeneratorConfig, seed: u64) -> Generator {
     generator
 }
 
+/// Requests per record at most.
+const CHUNK: u64 = 100;
+
+/// How many requests the next record holds, after `sent` of them with `due` due by now:
+/// the rest of the current cell of a fixed grid, cut at every `CHUNK` and every `rps`
+/// requests, and only once all of it is due (or the bounded run ends inside it).
+///
+/// The grid makes the output a function of the seed alone: every run makes the same
+/// records, and the metrics after every `rps` requests draw on the shared random numbers at
+/// the same point, however the wall clock spaced the polls.
+fn chunk(sent: u64, due: u64, rps: u64, total: Option<u64>) -> Option<u64> {
+    let mut end = (sent / CHUNK + 1) * CHUNK;
+    end = end.min((sent / rps + 1) * rps);
+    if let Some(total) = total {
+        end = end.min(total);
+    }
+    (end > sent && due >= end).then_some(end - sent)
+}
+
 fn now_unix_nano() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1012,24 +1031,24 @@ impl floe_core::Source for GeneratorSource {
         if self.total.is_some_and(|total| self.requests_sent >= total) {
             return Ok(floe_core::Polled::Finished);
         }
-        // Requests due by now at the configured rate, in records of at most 100 requests. A
-        // bounded run makes all its requests however slowly it is polled: event time follows
-        // the count, so the run always covers `duration × speed` of event time.
+        // Requests due by now at the configured rate. A bounded run makes all its requests
+        // however slowly it is polled: event time follows the count, so the run always covers
+        // `duration × speed` of event time.
         let mut due = (now.duration_since(self.started).as_secs_f64() * rps as f64) as u64;
         if let Some(total) = self.total {
             due = due.min(total);
         }
-        let mut pending = due.saturating_sub(self.requests_sent);
         let mut bytes = 0;
-        while pending > 0 && out.len() + 4 <= limit.records && bytes < limit.bytes {
-            let n = pending.min(100);
+        while out.len() + 4 <= limit.records && bytes < limit.bytes {
+            let Some(n) = chunk(self.requests_sent, due, rps, self.total) else {
+                break;
+            };
             let [traces, logs] = self.generator.requests(n as usize);
             bytes += traces.bytes.len() + logs.bytes.len();
             self.emit(out, 0, traces.bytes);
             self.emit(out, 1, logs.bytes);
             self.requests_sent += n;
-            pending -= n;
-            // Metrics once per second of requests (by count, like event time).
+            // Metrics after every `rps` requests (by count, like event time).
             if self.requests_sent / rps > self.metric_ticks {
                 self.metric_ticks = self.requests_sent / rps;
                 let metrics = self.generator.metrics();
@@ -1305,5 +1324,72 @@ mod tests {
                 assert!((v - POOL_LEVEL).abs() <= 0.031, "{v}");
             }
         }
+    }
+
+    #[test]
+    fn records_are_cut_on_a_grid_of_chunks_and_metric_ticks() {
+        // Nothing before a whole cell is due; a cell ends at 100 requests or a metric tick.
+        assert_eq!(chunk(0, 99, 150, None), None);
+        assert_eq!(chunk(0, 100, 150, None), Some(100));
+        assert_eq!(chunk(100, 180, 150, None), Some(50));
+        assert_eq!(chunk(150, 260, 150, None), Some(50));
+        assert_eq!(chunk(200, 1_000, 150, None), Some(100));
+        // A bounded run ends inside a cell.
+        assert_eq!(chunk(300, 320, 150, Some(320)), Some(20));
+        assert_eq!(chunk(320, 320, 150, Some(320)), None);
+    }
+
+    /// Every payload of a bounded run, polled `records` at a time.
+    async fn bounded_run(records: usize) -> Vec<(String, Vec<u8>)> {
+        use floe_core::Source;
+        let config = crate::config::GeneratorConfig {
+            requests_per_second: 1_550,
+            duration: Some(std::time::Duration::from_millis(1_400)),
+            seed: 3,
+            speed: 60,
+            start_unix_nano: Some(1_767_225_600_000_000_000),
+            deploy: None,
+            incidents: Vec::new(),
+        };
+        let mut source = GeneratorSource::new(&config);
+        let limit = floe_core::PollLimit {
+            records,
+            bytes: usize::MAX,
+        };
+        let (mut all, mut out) = (Vec::new(), Vec::new());
+        let timeout = std::time::Duration::from_millis(5);
+        while let floe_core::Polled::Records = source.poll(&mut out, limit, timeout).await.unwrap()
+        {
+            all.extend(out.drain(..).map(|r| (r.topic.to_string(), r.payload)));
+        }
+        all
+    }
+
+    #[tokio::test]
+    async fn a_bounded_run_is_the_same_however_it_is_polled() {
+        let (few, many) = (bounded_run(4).await, bounded_run(10_000).await);
+        assert!(few == many, "{} records against {}", few.len(), many.len());
+        // 2 170 requests: one metrics record, right after the 1 550th.
+        let requests = |records: &[(String, Vec<u8>)]| -> usize {
+            records
+                .iter()
+                .filter(|(t, _)| t == "otlp_spans")
+                .map(|(_, b)| {
+                    let data = TracesData::decode(b.as_slice()).unwrap();
+                    data.resource_spans
+                        .iter()
+                        .flat_map(|r| &r.scope_spans)
+                        .flat_map(|s| &s.spans)
+                        .filter(|s| s.parent_span_id.is_empty())
+                        .count()
+                })
+                .sum()
+        };
+        assert_eq!(requests(&few), 2_170);
+        let ticks: Vec<usize> = (0..few.len())
+            .filter(|&i| few[i].0 == "otlp_metrics")
+            .collect();
+        assert_eq!(ticks.len(), 1);
+        assert_eq!(requests(&few[..ticks[0]]), 1_550);
     }
 }

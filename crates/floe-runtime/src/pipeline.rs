@@ -55,10 +55,14 @@ pub(crate) struct Pipeline {
     /// Stream → the exchanges reading it (their rows go to a topic, not to an operator).
     exchanges: HashMap<String, Vec<String>>,
     /// Per operator run on its producers' progress ([`Pipeline::derived_clocks`]): the
-    /// producers, and the clock last given per partition.
-    derived: Vec<(usize, Vec<usize>, HashMap<u32, i64>)>,
+    /// producers, and the clock last given.
+    derived: Vec<(usize, Vec<usize>, Option<i64>)>,
     state: Option<StateStore>,
 }
+
+/// The partition an operator run on its producers' progress sees all its input in: the
+/// reader's first (the generator's spans), held by the one process that holds them all.
+const HOME: u32 = 0;
 
 /// The operators whose rows final per minute make up `stream` in this pipeline (through
 /// unions); `None` when some of it is not such rows or comes from an exchange.
@@ -116,7 +120,7 @@ impl Pipeline {
             .iter()
             .enumerate()
             .filter(|(_, c)| matches!(c.kind, OperatorKind::Alerts(_)))
-            .filter_map(|(i, c)| Some((i, final_producers(&configs, &c.input)?, HashMap::new())))
+            .filter_map(|(i, c)| Some((i, final_producers(&configs, &c.input)?, None)))
             .collect();
         Self {
             operators: configs.iter().map(|_| None).collect(),
@@ -131,8 +135,11 @@ impl Pipeline {
 
     /// Operators reading rows final per minute straight from their producers in this
     /// pipeline (an `alerts` operator on a union, without an exchange between) run on the
-    /// producers' progress, as an exchange would give it (ADR 0010): per partition, the
-    /// smallest frontier of the producers. Called after each routing step.
+    /// producers' progress, as an exchange would give it (ADR 0010): the smallest frontier of
+    /// every producer in every partition. Their input is in one place by definition — each
+    /// producer's stream in one partition, though not all in the same one (the generator's
+    /// spans and logs are two) — so they see all of it in [`HOME`]. Called after each
+    /// routing step.
     fn derived_clocks(
         &mut self,
         names: &dyn Fn(u32) -> String,
@@ -140,43 +147,29 @@ impl Pipeline {
     ) -> LakeResult<()> {
         for d in 0..self.derived.len() {
             let (i, producers) = (self.derived[d].0, &self.derived[d].1);
-            let mut clocks: Option<HashMap<u32, i64>> = None;
+            let mut clock: Option<i64> = None;
             for &q in producers {
-                let Some(op) = self.operators[q].as_ref() else {
-                    clocks = Some(HashMap::new());
+                let smallest = self.operators[q]
+                    .as_ref()
+                    .and_then(|op| op.final_frontiers().into_iter().map(|(_, t)| t).min());
+                // A producer without progress yet holds everything back.
+                let Some(t) = smallest else {
+                    clock = None;
                     break;
                 };
-                let frontiers: HashMap<u32, i64> = op.final_frontiers().into_iter().collect();
-                clocks = Some(match clocks {
-                    None => frontiers,
-                    Some(mut c) => {
-                        c.retain(|p, t| match frontiers.get(p) {
-                            Some(f) => {
-                                *t = (*t).min(*f);
-                                true
-                            }
-                            None => false,
-                        });
-                        c
-                    }
-                });
+                clock = Some(clock.map_or(t, |c| c.min(t)));
             }
-            let mut moved: Vec<(u32, i64)> = clocks
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|(p, t)| self.derived[d].2.get(p).is_none_or(|last| t > last))
-                .collect();
-            moved.sort_unstable();
-            for (p, t) in moved {
-                self.derived[d].2.insert(p, t);
-                let Some(op) = self.operators[i].as_mut() else {
-                    continue;
-                };
-                let mut ctx = Context::new(self.state.as_mut(), i as u16, names);
-                op.on_event_clock(p, t, &mut ctx).map_err(op_error)?;
-                let done = ctx.finish();
-                self.drain(i, done, names, out)?;
-            }
+            let Some(t) = clock.filter(|t| self.derived[d].2.is_none_or(|last| *t > last)) else {
+                continue;
+            };
+            self.derived[d].2 = Some(t);
+            let Some(op) = self.operators[i].as_mut() else {
+                continue;
+            };
+            let mut ctx = Context::new(self.state.as_mut(), i as u16, names);
+            op.on_event_clock(HOME, t, &mut ctx).map_err(op_error)?;
+            let done = ctx.finish();
+            self.drain(i, done, names, out)?;
         }
         Ok(())
     }
@@ -262,7 +255,12 @@ impl Pipeline {
                 )));
             };
             let mut ctx = Context::new(self.state.as_mut(), i as u16, names);
-            op.on_batch_of(k, &batch, &mut ctx).map_err(op_error)?;
+            if self.derived.iter().any(|d| d.0 == i) {
+                let home = StreamBatch::single(batch.stream, batch.batch.clone(), HOME);
+                op.on_batch_of(k, &home, &mut ctx).map_err(op_error)?;
+            } else {
+                op.on_batch_of(k, &batch, &mut ctx).map_err(op_error)?;
+            }
             let done = ctx.finish();
             self.drain(i, done, names, out)?;
         }

@@ -213,6 +213,23 @@ fn quickstart_lands_data_duckdb_reads() {
         firing("anomaly on inventory (service_name=inventory,measure=error_rate) firing"),
         "{stdout}"
     );
+    // With context: inventory's most frequent error message and a failed trace to open.
+    let inventory = stdout
+        .lines()
+        .find(|l| l.contains("FIRING") && l.contains("anomaly on inventory"))
+        .unwrap();
+    assert!(
+        inventory.contains("; top error: \"") && inventory.contains("failed: upstream timed out"),
+        "{inventory}"
+    );
+    let trace = inventory
+        .split("; failed trace ")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        trace.len() >= 32 && trace[..32].chars().all(|c| c.is_ascii_hexdigit()),
+        "{inventory}"
+    );
     // Its callers' error-rate alerts during the incident rank it first too.
     let minute = |l: &str| -> i64 {
         let (h, m) = l.trim_start()[..5].split_once(':').unwrap();
