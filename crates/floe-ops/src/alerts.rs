@@ -1126,15 +1126,8 @@ impl Alerts {
             let recent = stage.health.entry(series).or_default();
             recent.push_back((m, score));
         }
-        stage.health.retain(|_, recent| {
-            while recent
-                .front()
-                .is_some_and(|(at, _)| *at <= m - spec.root_cause_minutes)
-            {
-                recent.pop_front();
-            }
-            !recent.is_empty()
-        });
+        let old = m - spec.root_cause_minutes;
+        keep_after(&mut stage.health, old, |(at, _)| *at);
         for edge in facts.edges {
             stage.edges.insert(edge, m);
         }
@@ -1146,28 +1139,16 @@ impl Alerts {
         for ((service, message), n) in facts.messages {
             by_service.entry(service).or_default().push((message, n));
         }
-        for (service, mut top) in by_service {
-            top.sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
-            top.truncate(KEPT_MESSAGES);
+        for (service, counts) in by_service {
+            let top = most_frequent(counts, KEPT_MESSAGES);
             stage
                 .messages
                 .entry(service)
                 .or_default()
                 .push_back((m, top));
         }
-        let old = m - spec.root_cause_minutes;
-        stage.exemplars.retain(|_, recent| {
-            while recent.front().is_some_and(|(at, ..)| *at <= old) {
-                recent.pop_front();
-            }
-            !recent.is_empty()
-        });
-        stage.messages.retain(|_, recent| {
-            while recent.front().is_some_and(|(at, _)| *at <= old) {
-                recent.pop_front();
-            }
-            !recent.is_empty()
-        });
+        keep_after(&mut stage.exemplars, old, |(at, ..)| *at);
+        keep_after(&mut stage.messages, old, |(at, _)| *at);
         stage
             .edges
             .retain(|_, last| *last > m - spec.topology_minutes);
@@ -1336,13 +1317,11 @@ impl Alerts {
                 *counts.entry(message).or_default() += n;
             }
         }
-        let mut top: Vec<(String, f64)> = counts
+        let counts = counts
             .into_iter()
             .map(|(m, n)| (m.to_string(), n))
             .collect();
-        top.sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
-        top.truncate(self.spec.top_messages);
-        context.messages = top;
+        context.messages = most_frequent(counts, self.spec.top_messages);
         context
     }
 
@@ -1491,6 +1470,28 @@ impl Alerts {
         RecordBatch::try_new(self.rows.clone(), columns)
             .map_err(|e| self.invalid(format!("alert rows: {e}")))
     }
+}
+
+/// Drops the entries of minutes up to `old` from each series (oldest first), and series left
+/// empty.
+fn keep_after<K: Ord, T>(
+    series: &mut BTreeMap<K, VecDeque<T>>,
+    old: i64,
+    minute: impl Fn(&T) -> i64,
+) {
+    series.retain(|_, recent| {
+        while recent.front().is_some_and(|e| minute(e) <= old) {
+            recent.pop_front();
+        }
+        !recent.is_empty()
+    });
+}
+
+/// The `n` largest counts, most frequent first (ties: by message).
+fn most_frequent(mut counts: Counts, n: usize) -> Counts {
+    counts.sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+    counts.truncate(n);
+    counts
 }
 
 fn max_of(a: Option<f64>, b: Option<f64>) -> Option<f64> {
