@@ -10,6 +10,8 @@
 //! * [`reader`] — a [`Reader`] is what feeds a job: records through a format, or a database's
 //!   change stream; it owns positions and says where a barrier may go;
 //! * [`exchange`] — an [`ExchangeProducer`] writes the records a job re-keys through a topic;
+//! * [`mirror`] — a [`Mirror`] receives the rows a job committed to a table, each snapshot
+//!   once, after its commit (a Kafka topic, Prometheus);
 //! * [`rollup`] — what a window records in its rollup table for the maintenance merge;
 //! * [`error`] — [`SourceError`], the one error of all of them: whose fault, retryable or not.
 //!
@@ -19,6 +21,7 @@
 pub mod error;
 pub mod exchange;
 pub mod format;
+pub mod mirror;
 pub mod reader;
 pub mod rollup;
 pub mod source;
@@ -27,6 +30,7 @@ pub mod stream;
 pub use error::{Fault, SourceError, SourceResult};
 pub use exchange::ExchangeProducer;
 pub use format::{Appended, Format, Refused};
+pub use mirror::{Delivery, Mirror};
 pub use reader::{Barrier, Committed, DeadLetter, ReadItem, ReadOut, Reader};
 pub use source::{
     PollLimit, Polled, Positions, Source, SourceRecord, StartAt, partition_of_entry, position_key,

@@ -12,7 +12,8 @@
 //! * every assignment change is reported as [`Polled::Rebalanced`], so the runtime drops its
 //!   uncommitted work and seeks again: records are never committed by two group members.
 //!
-//! Its job file section, `[source.kafka]`, is [`config::RawKafka`].
+//! Its job file section, `[source.kafka]`, is [`config::RawKafka`]. The crate also holds the
+//! producer of a job's exchanges ([`exchange`]) and the Kafka sink ([`mirror`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +28,7 @@ use rdkafka::{ClientConfig, ClientContext, Message, Offset, Statistics, TopicPar
 
 pub mod config;
 pub mod exchange;
+pub mod mirror;
 
 /// Settings of the Kafka source.
 #[derive(Debug, Clone)]

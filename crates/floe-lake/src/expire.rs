@@ -6,6 +6,9 @@
 //! * for every job whose `floe.*` marker appears on `main`, the snapshot carrying its newest
 //!   marker **and every snapshot between it and the head**, so the ancestry walk of
 //!   [`crate::marker::newest_marker`] still reaches it (recovery keeps working);
+//! * every snapshot newer than what a job's mirror delivered (its newest marker's
+//!   [`crate::marker::MIRRORED`] entry for this table): a mirror reads the rows each snapshot
+//!   added;
 //! * snapshots in `protect` (e.g. the starting snapshot of a running rewrite) and the chain
 //!   above them;
 //! * anything reachable from another branch or tag.
@@ -23,7 +26,7 @@ use iceberg::{TableRequirement, TableUpdate};
 
 use crate::commit::{PreparedCommit, RetryPolicy, TableOperation, commit_operation};
 use crate::error::LakeResult;
-use crate::marker::JOB_ID;
+use crate::marker::{self, CommitMarker, JOB_ID};
 use crate::rest::{CatalogClient, LoadedTable, TableCommit};
 
 /// Which snapshots to expire.
@@ -89,15 +92,26 @@ pub fn plan_expiry(metadata: &TableMetadata, settings: &ExpireSnapshots) -> Vec<
         .min(chain.len())
         .saturating_sub(1);
     let mut jobs_seen = HashSet::new();
+    let uuid = metadata.uuid().to_string();
+    // Snapshots newer than what a mirror delivered stay (ADR 0010).
+    let mut mirrored_through = i64::MAX;
     for (index, id) in chain.iter().enumerate() {
         let Some(snapshot) = metadata.snapshot_by_id(*id) else {
             break;
         };
-        let newest_of_a_job = snapshot
-            .summary()
-            .additional_properties
+        let properties = &snapshot.summary().additional_properties;
+        let newest_of_a_job = properties
             .get(JOB_ID)
             .is_some_and(|job| jobs_seen.insert(job.clone()));
+        if newest_of_a_job
+            && let Some(marker) = CommitMarker::from_properties(properties)
+            && let Some(through) = marker::mirrored_through(&marker.positions, &uuid)
+        {
+            mirrored_through = mirrored_through.min(through);
+        }
+        if snapshot.sequence_number() > mirrored_through {
+            keep_through = keep_through.max(index);
+        }
         if snapshot.timestamp_ms() >= settings.older_than_ms
             || newest_of_a_job
             || settings.protect.contains(id)

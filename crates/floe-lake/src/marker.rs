@@ -26,6 +26,28 @@ pub const OPERATORS: &str = "floe.operators";
 /// (absent in markers written before it existed): what a job file must not silently change.
 pub const STREAMS: &str = "floe.streams";
 
+/// Infix of a mirror's position entry, `<partition>#sink:<id>`, valued
+/// `<table uuid>:<sequence>`: the newest snapshot of that table the mirror delivered. Expiry
+/// keeps every later snapshot of the table (see [`crate::expire`]).
+pub const MIRRORED: &str = "#sink:";
+
+/// A mirror's position entry value.
+pub fn mirrored_value(table_uuid: &str, sequence: i64) -> String {
+    format!("{table_uuid}:{sequence}")
+}
+
+/// The smallest sequence `positions` say a mirror of table `table_uuid` delivered (`None`:
+/// no mirror of it).
+pub fn mirrored_through(positions: &BTreeMap<String, String>, table_uuid: &str) -> Option<i64> {
+    positions
+        .iter()
+        .filter(|(key, _)| key.contains(MIRRORED))
+        .filter_map(|(_, value)| value.rsplit_once(':'))
+        .filter(|(uuid, _)| *uuid == table_uuid)
+        .filter_map(|(_, sequence)| sequence.parse().ok())
+        .min()
+}
+
 /// What a committed checkpoint records in each snapshot it produces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitMarker {
@@ -128,6 +150,21 @@ pub fn newest_marker_of(
             snapshot_id: snapshot.snapshot_id(),
         })
     })
+}
+
+/// The snapshots of `main`'s ancestry that `job_id` committed, newest first, as
+/// (snapshot id, sequence number).
+pub fn job_snapshots(metadata: &TableMetadata, job_id: &str) -> Vec<(i64, i64)> {
+    main_ancestry(metadata)
+        .filter(|s| {
+            s.summary()
+                .additional_properties
+                .get(JOB_ID)
+                .map(String::as_str)
+                == Some(job_id)
+        })
+        .map(|s| (s.snapshot_id(), s.sequence_number()))
+        .collect()
 }
 
 /// The job whose commit is newest along `main`'s ancestry, when `job_id` never committed

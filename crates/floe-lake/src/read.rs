@@ -26,9 +26,12 @@ use std::sync::Arc;
 use arrow_array::{Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray};
 use arrow_row::{RowConverter, SortField};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef};
-use futures::stream::{self, BoxStream, StreamExt};
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use iceberg::arrow::schema_to_arrow_schema;
-use iceberg::spec::{DataContentType, DataFile, ManifestList, PartitionSpec, Schema};
+use iceberg::spec::{
+    DataContentType, DataFile, ManifestContentType, ManifestList, ManifestStatus, PartitionSpec,
+    Schema,
+};
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
@@ -219,6 +222,39 @@ pub async fn read_live(
         .flatten()
         .filter(|b| futures::future::ready(b.as_ref().map_or(true, |b| b.num_rows() > 0)))
         .boxed())
+}
+
+/// The rows snapshot `id` added: the data files its own manifests list as ADDED by it (a
+/// compaction's or another writer's files never), with the deletes live at that snapshot
+/// applied — what a mirror delivers for it.
+pub async fn read_added(table: &LoadedTable, id: i64) -> LakeResult<Vec<RecordBatch>> {
+    let metadata = &table.metadata;
+    let snapshot = metadata.snapshot_by_id(id).ok_or_else(|| {
+        LakeError::new(
+            ErrorKind::NotFound,
+            format!("snapshot {id} is not in the table (expired?)"),
+        )
+    })?;
+    let bytes = table.io.new_input(snapshot.manifest_list())?.read().await?;
+    let list = ManifestList::parse_with_version(&bytes, metadata.format_version())?;
+    let mut added = HashSet::new();
+    for manifest in list.entries() {
+        if manifest.added_snapshot_id != id || manifest.content != ManifestContentType::Data {
+            continue;
+        }
+        for entry in manifest.load_manifest(&table.io).await?.entries() {
+            if entry.status() == ManifestStatus::Added && entry.snapshot_id() == Some(id) {
+                added.insert(entry.data_file().file_path().to_string());
+            }
+        }
+    }
+    if added.is_empty() {
+        return Ok(Vec::new());
+    }
+    let request = ReadRequest::current()
+        .snapshot(id)
+        .files(move |_, file| added.contains(file.file_path()));
+    read_live(table, request).await?.try_collect().await
 }
 
 /// The kept data files of the manifest list at `manifest_list`, and every delete file.

@@ -245,3 +245,81 @@ async fn a_thousand_streaming_commits_keep_the_manifest_count_bounded() {
     check(&table, false, &rows, "after 1000 commits").await;
     h.catalog.stop().await.unwrap();
 }
+
+/// A mirror's bookkeeping: the rows each of a job's snapshots added are read back from that
+/// snapshot alone (a compaction's or another writer's snapshots are no job's), and expiry keeps
+/// every snapshot newer than what the job's newest marker says its mirror delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mirror_reads_each_snapshots_rows_and_expiry_keeps_the_undelivered() {
+    use floe_lake::marker::{job_snapshots, mirrored_value};
+    use floe_lake::read::read_added;
+    let h = Harness::start(&backends()[0]).await;
+    let client = support::client(&h, &h.catalog.uri()).await;
+    let (ident, table) = create_table(&client, "maint", "mirrored").await;
+    let uuid = table.metadata.uuid().to_string();
+    let policy = RetryPolicy::default();
+    let mut delivered = None;
+    for checkpoint in 1..=4u64 {
+        let table = client.load_table(&ident).await.unwrap();
+        let mut m = marker("alerts", checkpoint);
+        // The fourth checkpoint records that the mirror delivered the first one.
+        if checkpoint == 4 {
+            m.positions.insert(
+                "p/0#sink:out".into(),
+                mirrored_value(&uuid, delivered.unwrap()),
+            );
+        }
+        let delta = Delta {
+            data_files: write_data(&table, &[checkpoint as i64, 100 + checkpoint as i64], 1.0)
+                .await,
+            ..Delta::default()
+        };
+        commit_checkpoint(&client, &m, &[(ident.clone(), delta)], &policy)
+            .await
+            .unwrap();
+        if checkpoint == 1 {
+            let table = client.load_table(&ident).await.unwrap();
+            delivered = Some(table.metadata.current_snapshot().unwrap().sequence_number());
+        }
+    }
+    // Another writer's snapshot on top: no job's.
+    let table = client.load_table(&ident).await.unwrap();
+    let other = Delta {
+        data_files: write_data(&table, &[999], 2.0).await,
+        ..Delta::default()
+    };
+    support::commit(&client, &ident, other).await;
+
+    let table = client.load_table(&ident).await.unwrap();
+    let mine = job_snapshots(&table.metadata, "alerts");
+    assert_eq!(mine.len(), 4, "{mine:?}");
+    assert!(
+        mine.windows(2).all(|w| w[0].1 > w[1].1),
+        "newest first: {mine:?}"
+    );
+    for (i, (id, _)) in mine.iter().rev().enumerate() {
+        let rows = support::id_amounts(&read_added(&table, *id).await.unwrap());
+        let c = i as i64 + 1;
+        assert_eq!(rows, vec![(c, 1.0), (100 + c, 1.0)], "snapshot {id}");
+    }
+
+    let report = expire_snapshots(
+        &client,
+        &ident,
+        &ExpireSnapshots {
+            older_than_ms: i64::MAX,
+            retain_last: 1,
+            protect: vec![],
+        },
+        &policy,
+    )
+    .await
+    .unwrap();
+    // Only the delivered first checkpoint may go; the other three wait for the mirror.
+    assert_eq!(report.expired, vec![mine[3].0]);
+    let after = client.load_table(&ident).await.unwrap();
+    assert_eq!(job_snapshots(&after.metadata, "alerts").len(), 3);
+    let err = read_added(&after, mine[3].0).await.unwrap_err();
+    assert!(err.to_string().contains("not in the table"), "{err}");
+    h.catalog.stop().await.unwrap();
+}

@@ -79,6 +79,13 @@ pub struct Exchange {
     pub finals: (BTreeSet<String>, Option<String>),
 }
 
+/// The topic of exchange `id` of job `job`: the job file's, or `floe.<job>.<id>`.
+pub fn exchange_topic(job: &str, id: &str, x: &floe_ops::config::ExchangeConfig) -> String {
+    x.topic
+        .clone()
+        .unwrap_or_else(|| format!("floe.{job}.{id}"))
+}
+
 /// The exchanges of `job`'s pipeline over the source's `known` streams (topic default
 /// `floe.<job>.<id>`).
 pub fn exchanges(job: &str, pipeline: &Pipeline, known: &[StreamSpec]) -> Vec<Exchange> {
@@ -108,10 +115,7 @@ pub fn exchanges(job: &str, pipeline: &Pipeline, known: &[StreamSpec]) -> Vec<Ex
                 id: op.id.clone(),
                 input: op.input.clone(),
                 output,
-                topic: x
-                    .topic
-                    .clone()
-                    .unwrap_or_else(|| format!("floe.{job}.{}", op.id)),
+                topic: exchange_topic(job, &op.id, x),
                 partitions: x.partitions,
                 retention_ms: x.retention_ms,
                 replication: x.replication,

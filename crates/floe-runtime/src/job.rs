@@ -107,6 +107,9 @@ struct RawJob<S> {
     slos: Vec<Spanned<RawSlo>>,
     #[serde(default)]
     state: RawState,
+    /// Sinks beyond Iceberg: committed tables mirrored elsewhere.
+    #[serde(default)]
+    sinks: BTreeMap<Text, crate::mirror_config::RawSink>,
 }
 
 /// `[state]`.
@@ -265,6 +268,8 @@ pub struct JobConfig {
     pub state_table: String,
     /// Memory for the local state store.
     pub state_memory: u64,
+    /// `[sinks.<id>]`: committed tables mirrored to other systems.
+    pub sinks: Vec<crate::mirror_config::SinkConfig>,
 }
 
 impl JobConfig {
@@ -373,6 +378,21 @@ impl JobConfig {
             .opt(raw.dead_letter.table.as_ref())
             .unwrap_or_else(|| "floe_dead_letters".into());
         let metrics_listen = c.opt(raw.metrics.listen.as_ref());
+        let sinks = {
+            let lands = |stream: &str| {
+                let exists = derived.iter().any(|d| d == stream)
+                    || match &streams {
+                        Some(Streams::Known(known)) => known.iter().any(|s| s.name == stream),
+                        _ => true,
+                    };
+                exists.then(|| {
+                    !raw.tables
+                        .iter()
+                        .any(|(key, t)| key.get_ref() == stream && t.land == Some(false))
+                })
+            };
+            crate::mirror_config::check(&mut c, &raw.sinks, &name, &pipeline, lands)
+        };
         c.finish(|| {
             (
                 JobConfig {
@@ -388,6 +408,7 @@ impl JobConfig {
                     pipeline,
                     state_table,
                     state_memory,
+                    sinks,
                 },
                 job_source.expect("checked above"),
             )

@@ -10,6 +10,8 @@ pub mod exchange;
 pub mod job;
 mod landing;
 pub mod metrics;
+pub mod mirror;
+pub mod mirror_config;
 mod pipeline;
 mod pipeline_thread;
 pub mod record;

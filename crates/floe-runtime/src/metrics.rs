@@ -22,6 +22,10 @@ pub struct JobMetrics {
     pub aborted_checkpoints: IntCounter,
     /// Records written to exchange topics and confirmed before their checkpoint committed.
     pub exchange_records: IntCounter,
+    /// Rows each mirror (`[sinks.<id>]`) delivered.
+    pub mirror_rows: IntCounterVec,
+    /// Failed delivery rounds per mirror (retried after the next commit).
+    pub mirror_errors: IntCounterVec,
     /// Seconds from barrier to committed.
     pub checkpoint_seconds: Histogram,
     /// Seconds of the catalog commit alone.
@@ -89,6 +93,22 @@ impl JobMetrics {
             exchange_records: IntCounter::new(
                 "floe_exchange_records_total",
                 "Records written to exchange topics, confirmed at their checkpoint's barrier",
+            )
+            .expect("valid metric"),
+            mirror_rows: IntCounterVec::new(
+                Opts::new(
+                    "floe_mirror_rows_total",
+                    "Rows a sink delivered from its committed table, per sink",
+                ),
+                &["sink"],
+            )
+            .expect("valid metric"),
+            mirror_errors: IntCounterVec::new(
+                Opts::new(
+                    "floe_mirror_errors_total",
+                    "Failed delivery rounds per sink (retried after the next commit)",
+                ),
+                &["sink"],
             )
             .expect("valid metric"),
             checkpoint_seconds: Histogram::with_opts(
@@ -191,6 +211,8 @@ impl JobMetrics {
             Box::new(m.checkpoints.clone()),
             Box::new(m.aborted_checkpoints.clone()),
             Box::new(m.exchange_records.clone()),
+            Box::new(m.mirror_rows.clone()),
+            Box::new(m.mirror_errors.clone()),
             Box::new(m.checkpoint_seconds.clone()),
             Box::new(m.commit_seconds.clone()),
             Box::new(m.last_commit.clone()),

@@ -49,6 +49,7 @@ use crate::exchange::Outbound;
 use crate::job::JobConfig;
 use crate::landing::Landing;
 use crate::metrics::JobMetrics;
+use crate::mirror::{MirrorSink, Mirrors};
 use crate::pipeline::Routed;
 use crate::pipeline_thread::{IN_FLIGHT, LOAD_CHUNK, PipelineThread, Reply, Sealed, Status};
 use crate::sink::{Sink, SinkInput, SinkKind, Sinks};
@@ -158,6 +159,8 @@ pub struct Job<R: Reader> {
     bytes_at_barrier: u64,
     /// Where the pipeline's exchanges write (their rows are read back by the reader).
     outbound: Option<Outbound>,
+    /// The sinks that mirror committed tables elsewhere.
+    mirrors: Mirrors,
     summary: RunSummary,
 }
 
@@ -272,6 +275,7 @@ impl<R: Reader> Job<R> {
             start: Positions::new(),
             bytes_at_barrier: 0,
             outbound: None,
+            mirrors: Mirrors::default(),
             summary: RunSummary::default(),
         };
         job.follow_streams().await?;
@@ -284,6 +288,41 @@ impl<R: Reader> Job<R> {
     pub fn with_exchanges(mut self, outbound: Outbound) -> Self {
         self.outbound = Some(outbound);
         self
+    }
+
+    /// The sinks that mirror the job's committed tables to other systems
+    /// ([`crate::mirror`]); their streams must land.
+    pub fn with_mirrors(mut self, sinks: Vec<MirrorSink>) -> Self {
+        self.mirrors = Mirrors::new(sinks);
+        self
+    }
+
+    /// Collects a finished delivery round; starts the next one when a commit landed since.
+    async fn mirror(&mut self) {
+        if self.mirrors.is_empty() {
+            return;
+        }
+        self.mirrors.collect(&self.metrics).await;
+        if !self.mirrors.ready() {
+            return;
+        }
+        let held = self.held_partitions();
+        let first = self.reader.partition_name(0);
+        let (landed, sinks) = (&self.landed, &self.stream_sinks);
+        self.mirrors
+            .start(&self.client, &self.config.name, &held, &first, |stream| {
+                sinks.get(stream).map(|i| landed[*i].ident.clone())
+            });
+    }
+
+    /// Delivers everything committed so far (stopping): the round in flight, then one more.
+    async fn drain_mirrors(&mut self) {
+        if self.mirrors.is_empty() {
+            return;
+        }
+        self.mirrors.finish(&self.metrics).await;
+        self.mirror().await;
+        self.mirrors.finish(&self.metrics).await;
     }
 
     /// Sends the rows routed to exchanges to their topics.
@@ -604,6 +643,7 @@ impl<R: Reader> Job<R> {
         if let Some(outbound) = self.outbound.as_mut() {
             outbound.restore(job.as_ref());
         }
+        self.mirrors.recover(job.as_ref(), &self.metrics).await;
         let reset = self.check_operators(&operators)?;
         self.committed_operators = operators;
         // Fencing compares the anchor's values of every entry of the partitions this writer
@@ -616,6 +656,8 @@ impl<R: Reader> Job<R> {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         self.restore_state(&reset).await?;
+        self.mirrors.due();
+        self.mirror().await;
         self.bytes_at_barrier = self.reader.bytes_read();
         tracing::info!(
             job = %self.config.name,
@@ -655,6 +697,7 @@ impl<R: Reader> Job<R> {
             if self.committer.finished() {
                 self.settle().await?;
             }
+            self.mirror().await;
             if self.reader.buffered_rows() >= FLUSH_ROWS {
                 self.flush().await?;
             }
@@ -662,6 +705,7 @@ impl<R: Reader> Job<R> {
             if polled == Polled::Finished && barrier != Barrier::NotNow {
                 self.checkpoint().await?;
                 self.settle().await?;
+                self.drain_mirrors().await;
                 return Ok(self.summary);
             }
             let due = Instant::now() >= deadline
@@ -692,11 +736,13 @@ impl<R: Reader> Job<R> {
                 "stopping inside a source transaction or an initial copy; the next start reads it again"
             );
             self.settle().await?;
+            self.drain_mirrors().await;
             return Ok(());
         }
         tracing::info!("stopping: taking a final checkpoint");
         self.checkpoint().await?;
         self.settle().await?;
+        self.drain_mirrors().await;
         Ok(())
     }
 
@@ -857,6 +903,8 @@ impl<R: Reader> Job<R> {
             // The previous checkpoint was fenced: everything after it was dropped.
             return Ok(());
         }
+        // Other replicas may have committed rows a sink of this one delivers.
+        self.mirrors.due();
         let began = Instant::now();
         self.flush().await?;
         // Everything read before the barrier lands before it (the replies come in order).
@@ -912,6 +960,8 @@ impl<R: Reader> Job<R> {
         if let Some(outbound) = &self.outbound {
             current.extend(outbound.positions(&held));
         }
+        self.mirrors.collect(&self.metrics).await;
+        current.extend(self.mirrors.positions());
         for (operator, marks) in &self.status.watermarks {
             for (p, watermark) in marks {
                 let partition = self.reader.partition_name(*p);
@@ -951,6 +1001,7 @@ impl<R: Reader> Job<R> {
                     .observe(committed.commit_took.as_secs_f64());
                 self.start = committed.positions;
                 self.reader.acknowledge(&self.start);
+                self.mirrors.due();
                 if let Some(epoch) = committed.epoch {
                     self.pipeline.committed(epoch)?;
                 }

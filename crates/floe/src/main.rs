@@ -18,11 +18,15 @@ use floe_cdc::postgres::PostgresSource;
 use floe_core::Format;
 use floe_kafka::KafkaSource;
 use floe_kafka::exchange::{KafkaExchange, TopicSpec};
+use floe_kafka::mirror::{KafkaMirror, KafkaMirrorSettings};
 use floe_lake::rest::{CatalogClient, CatalogSettings};
 use floe_lake::savepoint;
 use floe_otlp::{GeneratorSource, OtlpFormat};
+use floe_prometheus::{PrometheusMirror, PrometheusSettings, SeriesSpec};
 use floe_runtime::exchange::{self, ExchangeFormat, Outbound};
 use floe_runtime::job::SourceSection;
+use floe_runtime::mirror::MirrorSink;
+use floe_runtime::mirror_config::SinkTarget;
 use floe_runtime::{Job, JobConfig, JobMetrics, RecordReader, RunOptions, RunSummary};
 use source::{KafkaFormat, RawSource, SourceConfig};
 use tokio_util::sync::CancellationToken;
@@ -184,21 +188,100 @@ async fn catalog(
     Ok((embedded, client))
 }
 
-/// Opens and runs a job on `reader`.
-async fn drive<R: floe_core::Reader>(
+/// What every kind of job is opened with.
+struct Runner {
     config: JobConfig,
     client: CatalogClient,
-    reader: R,
     metrics: JobMetrics,
-    options: &RunOptions,
+    options: RunOptions,
     shutdown: CancellationToken,
-) -> anyhow::Result<RunSummary> {
-    Ok(
-        Job::open_with(config, client, reader, metrics, options.clone())
-            .await?
-            .run(shutdown)
-            .await?,
-    )
+}
+
+impl Runner {
+    /// Opens and runs the job on `reader`, with the exchanges' producer when it has
+    /// exchanges; `kafka` is the Kafka source's settings (a sink's default brokers).
+    async fn drive<R: floe_core::Reader>(
+        self,
+        reader: R,
+        kafka: Option<&floe_kafka::KafkaSettings>,
+        outbound: Option<Outbound>,
+    ) -> anyhow::Result<RunSummary> {
+        let sinks = mirrors(&self.config, kafka)?;
+        let mut job =
+            Job::open_with(self.config, self.client, reader, self.metrics, self.options).await?;
+        if let Some(outbound) = outbound {
+            job = job.with_exchanges(outbound);
+        }
+        Ok(job.with_mirrors(sinks).run(self.shutdown).await?)
+    }
+}
+
+/// The job's `[sinks]`, built; a Kafka sink without `brokers` uses the Kafka source's (and its
+/// properties).
+fn mirrors(
+    config: &JobConfig,
+    source: Option<&floe_kafka::KafkaSettings>,
+) -> anyhow::Result<Vec<MirrorSink>> {
+    let mut built = Vec::new();
+    for sink in &config.sinks {
+        let target: Arc<dyn floe_core::Mirror> = match &sink.target {
+            SinkTarget::Kafka {
+                topic,
+                key,
+                brokers,
+                partitions,
+                properties,
+            } => {
+                let (brokers, mut merged) = match (brokers, source) {
+                    (Some(b), _) => (b.clone(), Default::default()),
+                    (None, Some(s)) => (s.brokers.clone(), s.properties.clone()),
+                    (None, None) => bail!(
+                        "{}: sink {} needs `brokers` (the job's source is not Kafka)",
+                        sink.place,
+                        sink.id
+                    ),
+                };
+                merged.extend(properties.clone());
+                Arc::new(KafkaMirror::new(KafkaMirrorSettings {
+                    brokers,
+                    topic: topic.clone(),
+                    key: key.clone(),
+                    partitions: *partitions,
+                    transactional_id: format!("floe.{}.{}", config.name, sink.id),
+                    properties: merged,
+                }))
+            }
+            SinkTarget::Prometheus {
+                url,
+                metric,
+                time,
+                labels,
+                values,
+            } => Arc::new(PrometheusMirror::new(PrometheusSettings {
+                url: url.clone(),
+                query_url: PrometheusSettings::query_url_of(url),
+                sink: format!("{}.{}", config.name, sink.id),
+                series: SeriesSpec {
+                    metric: metric.clone(),
+                    time: time.clone(),
+                    labels: labels.clone(),
+                    values: values.clone(),
+                },
+            })?),
+        };
+        // Without an exchange before the stream, the source's first partition is home.
+        let home = sink.home.clone().or_else(|| {
+            let topic = source?.topics.first()?;
+            Some(floe_core::position_key(topic, 0))
+        });
+        built.push(MirrorSink {
+            id: sink.id.clone(),
+            stream: sink.stream.clone(),
+            home,
+            target,
+        });
+    }
+    Ok(built)
 }
 
 /// Runs a validated job; returns what it did.
@@ -228,12 +311,20 @@ async fn run(
         tracing::info!(%addr, "metrics at /metrics");
     }
     let bytes = Some(metrics.bytes.clone());
+    let runner = Runner {
+        config,
+        client,
+        metrics,
+        options,
+        shutdown,
+    };
+    let config = &runner.config;
     let summary = match source {
         SourceConfig::Kafka(mut settings, format) => match format {
             KafkaFormat::DebeziumJson => {
                 let kafka = KafkaSource::connect(&settings)?;
-                let reader = RecordReader::new(kafka, source::debezium(&config), bytes);
-                drive(config, client, reader, metrics, &options, shutdown).await?
+                let reader = RecordReader::new(kafka, source::debezium(config), bytes);
+                runner.drive(reader, Some(&settings), None).await?
             }
             KafkaFormat::Otlp {
                 signals,
@@ -245,7 +336,7 @@ async fn run(
                 if exchanges.is_empty() {
                     let kafka = KafkaSource::connect(&settings)?;
                     let reader = RecordReader::new(kafka, format, bytes);
-                    drive(config, client, reader, metrics, &options, shutdown).await?
+                    runner.drive(reader, Some(&settings), None).await?
                 } else {
                     // The job reads its exchange topics back, from their first record.
                     for x in &exchanges {
@@ -274,10 +365,8 @@ async fn run(
                     let format = ExchangeFormat::new(format, &exchanges);
                     let reader = RecordReader::new(kafka, format, bytes);
                     let outbound = Outbound::new(producer, exchanges, source_partitions);
-                    Job::open_with(config, client, reader, metrics, options.clone())
-                        .await?
-                        .with_exchanges(outbound)
-                        .run(shutdown)
+                    runner
+                        .drive(reader, Some(&settings), Some(outbound))
                         .await?
                 }
             }
@@ -286,12 +375,12 @@ async fn run(
             let generator = GeneratorSource::new(&g);
             let format = OtlpFormat::new(HashMap::new()).one_partition();
             let reader = RecordReader::new(generator, format, bytes);
-            drive(config, client, reader, metrics, &options, shutdown).await?
+            runner.drive(reader, None, None).await?
         }
         SourceConfig::Postgres(mut p) => {
-            p.table_names = source::table_names(&config);
+            p.table_names = source::table_names(config);
             let reader = PostgresSource::connect(p).await?;
-            drive(config, client, reader, metrics, &options, shutdown).await?
+            runner.drive(reader, None, None).await?
         }
     };
     if let Some(running) = embedded {

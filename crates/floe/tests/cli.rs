@@ -44,7 +44,11 @@ fn bad_job_files_are_refused_with_their_place() {
     std::fs::write(
         &bad,
         "version = 1\nname = \"x\"\n[source.kafka]\nstart = \"yesterday\"\n[catalog]\nuri = \"ftp://x\"\n\
-         [checkpoint]\ninterval = \"soon\"\n[tables.spanz]\n[tables.spans]\npartition = [\"day(nope)\"]\n",
+         [checkpoint]\ninterval = \"soon\"\n[tables.spanz]\n[tables.spans]\npartition = [\"day(nope)\"]\n\
+         [tables.logs]\nland = false\n\
+         [sinks.a]\nkind = \"kafka\"\nstream = \"logs\"\nurl = \"http://x\"\n\
+         [sinks.b]\nkind = \"prometheus\"\nstream = \"spans\"\nurl = \"ftp://y\"\n\
+         [sinks.c]\nkind = \"smtp\"\nstream = \"spans\"\n",
     )
     .unwrap();
     let path = bad.to_str().unwrap();
@@ -58,6 +62,11 @@ fn bad_job_files_are_refused_with_their_place() {
             format!("{path}:8:12: \"soon\" is not a duration"),
             format!("{path}:9:9: no stream \"spanz\""),
             format!("{path}:11:14: table spans has no column \"nope\""),
+            format!("{path}:16:10: sink a: stream \"logs\" does not land in a table"),
+            format!("{path}:17:7: sink a: `url` is not a setting of a kafka sink"),
+            format!("{path}:21:7: the remote-write url must start with http"),
+            "sink b: `values` names the numeric columns to send".to_string(),
+            format!("{path}:23:8: a sink's `kind` is one of \"kafka\", \"prometheus\""),
         ] {
             assert!(
                 stderr.contains(&expected),

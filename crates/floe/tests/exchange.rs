@@ -36,9 +36,13 @@
 //! rows — through another, where a window must count every one: the clock behind it follows
 //! the anomaly operator's progress, not its rows. The window's, the SLOs',
 //! the verdicts, the edges', the anomaly scores, the union's, the second exchange's and the
-//! late tables must be the same in every scenario.
+//! late tables must be the same in every scenario. The alerts over all of it go to a Kafka
+//! topic through a sink: read `read_committed`, the topic must hold each row of the alerts
+//! table once — killed or rescaled — and at least once after a savepoint resume; the SLO
+//! status goes to Prometheus, where each row must be one sample per value.
 //!
-//! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
+//! Needs `FLOE_TEST_KAFKA_BROKERS`, `FLOE_TEST_PROMETHEUS_URL` and `FLOE_TEST_PYTHON` (from
+//! `tests/services/up`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -123,6 +127,11 @@ struct Scenario {
     scores_topic: String,
     flagged_topic: String,
     facts_topic: String,
+    /// The alerts sink's topic.
+    alerts_topic: String,
+    /// Prometheus, and the metric prefix of this scenario's SLO series there.
+    prometheus: String,
+    slo_metric: String,
     dir: PathBuf,
     produced: usize,
     ends: BTreeMap<i32, i64>,
@@ -169,6 +178,9 @@ impl Fixture {
             scores_topic: format!("xscores-{}-{name}", self.run_id),
             facts_topic: format!("xfacts-{}-{name}", self.run_id),
             flagged_topic: format!("xflagged-{}-{name}", self.run_id),
+            alerts_topic: format!("xalerts-{}-{name}", self.run_id),
+            prometheus: service("FLOE_TEST_PROMETHEUS_URL"),
+            slo_metric: format!("x{}_{name}_slo", self.run_id),
             topic,
             dir,
             produced: 0,
@@ -444,6 +456,62 @@ print(one("SELECT count(*) FROM got"),
         );
         eprintln!("{}: {rows} alert transitions", s.name);
         (rows as u64, digest as i64)
+    }
+
+    /// The alerts sink's topic against `alerts`: each row once (`exact`), or at least once (a
+    /// run resumed from a savepoint delivers again what was committed after it, as Flink's
+    /// Kafka sink does). Returns the records.
+    async fn check_mirror(&self, s: &Scenario, exact: bool) -> u64 {
+        let alerts = self.location(s.name, "alerts").await;
+        let [records, rows, extra, missing] =
+            support::compare_mirrored(&self.brokers, &s.alerts_topic, &alerts, "*", &s.dir);
+        assert!(rows > 0, "{}: no alert transitions", s.name);
+        assert_eq!(
+            missing, 0,
+            "{}: rows of the alerts table not in the topic",
+            s.name
+        );
+        if exact {
+            assert_eq!(
+                (records, extra),
+                (rows, 0),
+                "{}: the alerts topic holds each transition once (log {})",
+                s.name,
+                s.log().display()
+            );
+        }
+        eprintln!(
+            "{}: {records} alert records in the topic, {rows} in the table",
+            s.name
+        );
+        // The SLO series in Prometheus: one sample per value of each row (a savepoint resume
+        // sends again what followed the savepoint; Prometheus holds a sample once anyway), and
+        // the progress marker at the table's newest snapshot.
+        let slo = self.location(s.name, "slo_status").await;
+        let (rows, samples, wrong) = support::compare_prometheus(
+            &s.prometheus,
+            &slo,
+            &s.slo_metric,
+            &["slo"],
+            &["total", "good", "burn_rate_1h"],
+        );
+        assert!(rows > 0, "{}: no SLO rows", s.name);
+        assert_eq!(
+            (samples, wrong),
+            (3 * rows, 0),
+            "{}: each SLO row is one sample per value in Prometheus",
+            s.name
+        );
+        let (uuid, newest) =
+            support::newest_sequence(&self.client, s.name, "slo_status", "xjob").await;
+        assert_eq!(
+            support::prometheus_progress(&s.prometheus, "xjob.slo_series", &uuid),
+            newest,
+            "{}: the progress marker names the SLO table's newest snapshot",
+            s.name
+        );
+        eprintln!("{}: {samples} SLO samples in Prometheus", s.name);
+        records
     }
 
     /// A window over the anomalies — a few rows — behind a one-partition exchange counts every
@@ -1008,6 +1076,21 @@ rules = [
   {{ name = "anomaly", stream = "anomalies", key = ["service_name", "measure"], value = "score", for = "0m" }},
 ]
 
+[sinks.slo_series]
+kind = "prometheus"
+stream = "slo_status"
+url = "{prometheus}/api/v1/write"
+metric = "{slo_metric}"
+labels = ["slo"]
+values = ["total", "good", "burn_rate_1h"]
+
+[sinks.alerts_out]
+kind = "kafka"
+stream = "alerts"
+topic = "{alerts_topic}"
+key = "alert_id"
+partitions = 3
+
 [tables.facts]
 land = false
 
@@ -1040,6 +1123,9 @@ period = "1h"
                 scores_topic = self.scores_topic,
                 flagged_topic = self.flagged_topic,
                 facts_topic = self.facts_topic,
+                alerts_topic = self.alerts_topic,
+                prometheus = self.prometheus,
+                slo_metric = self.slo_metric,
                 namespace = self.name,
                 state = self.dir.join(format!("state-{instance}")).display(),
             ),
@@ -1073,6 +1159,7 @@ async fn an_exchange_re_keys_every_row_exactly_once_through_kills_savepoints_and
     terminate(child);
     f.check(&s).await;
     let windowed = f.check_window(&s).await;
+    f.check_mirror(&s, true).await;
 
     // Killed -9 at random instants while the input is produced.
     let mut s = f.scenario("killed").await;
@@ -1098,6 +1185,7 @@ async fn an_exchange_re_keys_every_row_exactly_once_through_kills_savepoints_and
     let writers = anchor_writers(&f.client, s.name).await;
     assert!(writers > kills / 3, "only {writers} incarnations committed");
     let sent = f.check_again(&s, &windowed).await;
+    f.check_mirror(&s, true).await;
     assert!(
         sent > RECORDS * REQUESTS * 5,
         "kills replayed rows into the exchange ({sent} sent), which the reading side dropped"
@@ -1126,6 +1214,7 @@ async fn an_exchange_re_keys_every_row_exactly_once_through_kills_savepoints_and
     terminate(child);
     support::assert_went_back(&s.log());
     f.check_again(&s, &windowed).await;
+    f.check_mirror(&s, false).await;
 
     // Rescaled 1 → 3 → 2.
     let mut s = f.scenario("rescaled").await;
@@ -1153,6 +1242,7 @@ async fn an_exchange_re_keys_every_row_exactly_once_through_kills_savepoints_and
     terminate(first);
     terminate(second);
     f.check_again(&s, &windowed).await;
+    f.check_mirror(&s, true).await;
 
     f.catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&f.dir);

@@ -17,9 +17,12 @@
 //! service, and its merged p99 sketches the exact p99 within the sketch's 1 %.
 //! `otel_anomaly_scores` (warm-up shortened to 3 minutes) must carry, per scored minute and
 //! service, the request count and error rate of `otel_red_1m`; `otel_anomalies` exactly the
-//! scores past the threshold.
+//! scores past the threshold. The alerts sink's topic, read `read_committed`, must hold each
+//! row of `otel_alerts` once; Prometheus, queried back, one sample per value of each row of
+//! `otel_slo_status` and `otel_anomaly_scores` (its sinks).
 //!
-//! Needs `FLOE_TEST_KAFKA_BROKERS` and `FLOE_TEST_PYTHON` (from `tests/services/up`).
+//! Needs `FLOE_TEST_KAFKA_BROKERS`, `FLOE_TEST_PROMETHEUS_URL` and `FLOE_TEST_PYTHON` (from
+//! `tests/services/up`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -79,9 +82,10 @@ async fn the_red_recipe_equals_duckdb_over_the_landed_spans() {
     }
 
     let uri = catalog.uri();
-    support::RedRecipe::spawn(&dir, &brokers, &topic, &uri, "red")
-        .finish(&client, &brokers, &topic, "red", &ends)
-        .await;
+    let prometheus = service("FLOE_TEST_PROMETHEUS_URL");
+    let recipe = support::RedRecipe::spawn(&dir, &brokers, &topic, &uri, "red", Some(&prometheus));
+    let alerts_topic = recipe.alerts.clone();
+    recipe.finish(&client, &brokers, &topic, "red", &ends).await;
 
     let location = async |table: &str| support::metadata_location(&client, "red", table).await;
     let spans = location("otel_spans").await;
@@ -209,6 +213,60 @@ print(one("SELECT count(*) FROM got"),
         &location("otel_deploy_regressions").await,
         &anomalies,
         &location("otel_alerts").await,
+    );
+    // The alerts sink: every transition in the topic once, as the table has it.
+    let [records, rows, extra, missing] = support::compare_mirrored(
+        &brokers,
+        &alerts_topic,
+        &location("otel_alerts").await,
+        "*",
+        &dir,
+    );
+    assert!(rows > 0, "no alert transitions");
+    assert_eq!(
+        (records, extra, missing),
+        (rows, 0, 0),
+        "the alerts topic holds each transition of otel_alerts once"
+    );
+    // The Prometheus sinks: one sample per value of each row, and this run's own progress
+    // marker at its table's newest snapshot (an earlier run may have sent the same samples).
+    let (slo_rows, slo_samples, slo_wrong) = support::compare_prometheus(
+        &prometheus,
+        &location("otel_slo_status").await,
+        "floe_slo",
+        &["slo", "service_name"],
+        &[
+            "total",
+            "good",
+            "burn_rate_5m",
+            "burn_rate_1h",
+            "burn_rate_6h",
+            "budget_remaining",
+        ],
+    );
+    let (score_rows, score_samples, score_wrong) = support::compare_prometheus(
+        &prometheus,
+        &location("otel_anomaly_scores").await,
+        "floe_anomaly",
+        &["service_name", "measure"],
+        &["observed", "expected", "score"],
+    );
+    let (uuid, newest) =
+        support::newest_sequence(&client, "red", "otel_slo_status", "otlp-red").await;
+    let progress = support::prometheus_progress(&prometheus, "otlp-red.slo_series", &uuid);
+    eprintln!(
+        "prometheus: {slo_samples} SLO samples of {slo_rows} rows, {score_samples} anomaly \
+         samples of {score_rows} rows, progress marker at sequence {progress}"
+    );
+    assert!(slo_rows > 0 && score_rows > 0);
+    assert_eq!(
+        (slo_samples, score_samples, slo_wrong, score_wrong),
+        (6 * slo_rows, 3 * score_rows, 0, 0),
+        "every row of otel_slo_status and otel_anomaly_scores is one sample per value in Prometheus"
+    );
+    assert_eq!(
+        progress, newest,
+        "the progress marker names the SLO table's newest snapshot"
     );
     catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);

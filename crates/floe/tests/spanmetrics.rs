@@ -138,7 +138,7 @@ async fn floes_red_counts_what_the_collectors_span_metrics_count() {
         PARTITIONS as usize,
         "the clock's spans reached every partition"
     );
-    let red = RedRecipe::spawn(&dir.join("red"), &brokers, &spans_topic, &uri, "sm");
+    let red = RedRecipe::spawn(&dir.join("red"), &brokers, &spans_topic, &uri, "sm", None);
     let metrics_dir = dir.join("metrics");
     std::fs::create_dir_all(&metrics_dir).unwrap();
     let metrics_job = OtlpKafkaJob {

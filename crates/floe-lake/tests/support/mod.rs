@@ -227,11 +227,13 @@ pub async fn scan_batches(table: &LoadedTable, columns: Option<&[&str]>) -> Vec<
 }
 
 /// (id, amount) pairs of a table's live rows, sorted.
-fn id_amounts(batches: &[RecordBatch]) -> Vec<(i64, f64)> {
+pub fn id_amounts(batches: &[RecordBatch]) -> Vec<(i64, f64)> {
     let mut rows = Vec::new();
     for b in batches {
-        let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-        let amounts = b.column(1).as_any().downcast_ref::<Float64Array>().unwrap();
+        let column = |name: &str| b.column_by_name(name).unwrap().clone();
+        let (ids, amounts) = (column("id"), column("amount"));
+        let ids = ids.as_any().downcast_ref::<Int64Array>().unwrap();
+        let amounts = amounts.as_any().downcast_ref::<Float64Array>().unwrap();
         rows.extend(
             ids.values()
                 .iter()

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -521,15 +521,20 @@ pub(crate) struct RedRecipe {
     pub by_service: String,
     pub by_trace: String,
     pub facts: String,
+    /// The alerts sink's topic.
+    pub alerts: String,
 }
 
 impl RedRecipe {
+    /// Runs the shipped recipe on `topic`; its Prometheus sinks write to `prometheus` (none:
+    /// a closed port — their deliveries fail and the job goes on).
     pub(crate) fn spawn(
         dir: &Path,
         brokers: &str,
         topic: &str,
         catalog: &str,
         namespace: &str,
+        prometheus: Option<&str>,
     ) -> Self {
         let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../jobs/otlp-red.toml");
         let text = std::fs::read_to_string(&shipped)
@@ -548,6 +553,7 @@ impl RedRecipe {
         let log = dir.join("floe.log");
         let (by_service, by_trace) = (format!("{topic}-x"), format!("{topic}-t"));
         let facts = format!("{topic}-f");
+        let alerts = format!("{topic}-a");
         let state = dir.join("state");
         let floe = spawn_floe_with(
             &job,
@@ -557,6 +563,11 @@ impl RedRecipe {
                 ("FLOE_EXCHANGE_TOPIC", &by_service),
                 ("FLOE_EDGES_TOPIC", &by_trace),
                 ("FLOE_FACTS_TOPIC", &facts),
+                ("FLOE_ALERTS_TOPIC", &alerts),
+                (
+                    "FLOE_PROMETHEUS_URL",
+                    prometheus.unwrap_or("http://127.0.0.1:1"),
+                ),
                 ("FLOE_CATALOG_URI", catalog),
                 ("FLOE_NAMESPACE", namespace),
                 ("FLOE_STATE_DIR", state.to_str().unwrap()),
@@ -568,6 +579,7 @@ impl RedRecipe {
             by_service,
             by_trace,
             facts,
+            alerts,
         }
     }
 
@@ -709,4 +721,187 @@ pub(crate) async fn wait_through_exchange(client: &CatalogClient, job: &Exchange
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// One record of a sink's topic, as a `read_committed` consumer sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct Mirrored {
+    pub partition: i32,
+    /// The `floe-seq` header.
+    pub sequence: i64,
+    /// The `floe-table` header.
+    pub table: String,
+    /// The JSON row.
+    pub row: String,
+}
+
+/// Every committed record of sink topic `topic`, in each partition's order.
+pub(crate) fn mirrored(brokers: &str, topic: &str) -> Vec<Mirrored> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("check-{}", uuid::Uuid::new_v4()))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let ends = topic_ends(brokers, topic);
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for p in ends.keys() {
+        assignment
+            .add_partition_offset(topic, *p, rdkafka::Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&assignment).unwrap();
+    let mut at_end = BTreeSet::new();
+    let mut out = Vec::new();
+    let began = Instant::now();
+    while at_end.len() < ends.len() {
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "reading {topic} took too long"
+        );
+        match consumer.poll(Duration::from_millis(500)) {
+            None => {}
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            Some(Ok(m)) => {
+                let header = |name: &str| {
+                    m.headers()
+                        .and_then(|h| h.iter().find(|h| h.key == name))
+                        .and_then(|h| h.value)
+                        .map(|v| String::from_utf8_lossy(v).to_string())
+                        .unwrap_or_else(|| panic!("a record of {topic} without {name}"))
+                };
+                out.push(Mirrored {
+                    partition: m.partition(),
+                    sequence: header("floe-seq").parse().unwrap(),
+                    table: header("floe-table"),
+                    row: String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Compares sink topic `topic` with the table at `table` (a metadata location) on `columns`
+/// with DuckDB; returns (records, table rows, records not in the table, rows not in the
+/// topic). Each partition's sequence numbers must not go down.
+pub(crate) fn compare_mirrored(
+    brokers: &str,
+    topic: &str,
+    table: &str,
+    columns: &str,
+    dir: &Path,
+) -> [u64; 4] {
+    let records = mirrored(brokers, topic);
+    let mut last: BTreeMap<i32, i64> = BTreeMap::new();
+    for r in &records {
+        let previous = last.insert(r.partition, r.sequence).unwrap_or(i64::MIN);
+        assert!(
+            r.sequence >= previous,
+            "{topic}/{}: sequence {} after {previous}",
+            r.partition,
+            r.sequence
+        );
+    }
+    let file = dir.join(format!("{topic}.jsonl"));
+    let lines: Vec<&str> = records.iter().map(|r| r.row.as_str()).collect();
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let out = python(&format!(
+        r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE t AS SELECT {columns} FROM iceberg_scan('{table}')")
+spec = "{{" + ", ".join(f"'{{n}}': '{{t}}'" for n, t, *_ in con.sql("DESCRIBE t").fetchall()) + "}}"
+con.sql(f"CREATE TABLE k AS SELECT * FROM read_json('{file}', format = 'newline_delimited', columns = {{spec}})")
+one = lambda q: con.sql(q).fetchone()[0]
+print(one("SELECT count(*) FROM k"), one("SELECT count(*) FROM t"),
+      one("SELECT count(*) FROM (SELECT * FROM k EXCEPT ALL SELECT * FROM t)"),
+      one("SELECT count(*) FROM (SELECT * FROM t EXCEPT ALL SELECT * FROM k)"))
+"#,
+        file = file.display()
+    ));
+    let cells: Vec<u64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
+    cells.try_into().unwrap_or_else(|_| panic!("{out}"))
+}
+
+/// A Prometheus sink's series against its table (a metadata location), queried back through
+/// the HTTP API: returns (rows, samples of the `values` series, wrong) where wrong counts rows
+/// without their sample at `window_end` with their value, and samples without a row.
+pub(crate) fn compare_prometheus(
+    prometheus: &str,
+    table: &str,
+    metric: &str,
+    labels: &[&str],
+    values: &[&str],
+) -> (i64, i64, i64) {
+    let list = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| format!("\"{n}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let out = python(&format!(
+        r#"import duckdb_offline, json, math, urllib.parse, urllib.request
+con = duckdb_offline.connect()
+labels, values = [{labels}], [{values}]
+def samples(selector):
+    q = urllib.parse.urlencode({{"query": selector + "[100y]"}})
+    result = json.load(urllib.request.urlopen("{prometheus}/api/v1/query?" + q))["data"]["result"]
+    out = {{}}
+    for s in result:
+        for t, v in s["values"]:
+            out[tuple(s["metric"].get(l) for l in labels) + (round(float(t) * 1000),)] = float(v)
+    return out
+rows = con.sql(f"SELECT {{', '.join(labels)}}, epoch_ms(window_end), {{', '.join(values)}} FROM iceberg_scan('{table}')").fetchall()
+wrong = total = 0
+for i, v in enumerate(values):
+    got = samples("{metric}_" + v)
+    total += len(got)
+    want = {{tuple(r[:len(labels) + 1]): float(r[len(labels) + 1 + i]) for r in rows}}
+    wrong += len(rows) - len(want)
+    wrong += sum(1 for k, x in want.items() if k not in got or not (got[k] == x or (math.isnan(x) and math.isnan(got[k]))))
+    wrong += sum(1 for k in got if k not in want)
+print(len(rows), total, wrong)
+"#,
+        labels = list(labels),
+        values = list(values),
+    ));
+    let cells: Vec<i64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
+    match cells[..] {
+        [rows, samples, wrong] => (rows, samples, wrong),
+        _ => panic!("{out}"),
+    }
+}
+
+/// The newest value of a Prometheus sink's progress marker for table `table_uuid` (-1: none).
+pub(crate) fn prometheus_progress(prometheus: &str, sink: &str, table_uuid: &str) -> i64 {
+    let out = python(&format!(
+        r#"import json, urllib.parse, urllib.request
+q = urllib.parse.urlencode({{"query": 'floe_sink_progress{{floe_sink="{sink}",floe_table="{table_uuid}"}}[100y]'}})
+result = json.load(urllib.request.urlopen("{prometheus}/api/v1/query?" + q))["data"]["result"]
+values = [v for s in result for v in s["values"]]
+print(int(float(max(values)[1])) if values else -1)
+"#
+    ));
+    out.trim().parse().unwrap_or_else(|_| panic!("{out}"))
+}
+
+/// The sequence number of the newest snapshot job `job` committed to `namespace.table`.
+pub(crate) async fn newest_sequence(
+    client: &CatalogClient,
+    namespace: &str,
+    table: &str,
+    job: &str,
+) -> (String, i64) {
+    let ident = iceberg::TableIdent::from_strs([namespace, table]).unwrap();
+    let table = client.load_table(&ident).await.unwrap();
+    let newest = floe_lake::marker::job_snapshots(&table.metadata, job)[0].1;
+    (table.metadata.uuid().to_string(), newest)
 }
