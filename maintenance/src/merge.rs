@@ -32,7 +32,7 @@ use arrow_array::{
     Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, UInt32Array,
 };
 use arrow_schema::{DataType, SchemaRef};
-use floe_core::rollup::{MERGED_PARTITION, MergeRule, RollupPlan};
+use floe_core::rollup::{MERGED_PARTITION, MergeRule, RollupPlan, pick_order};
 use floe_lake::marker::{CommitMarker, JOB_ID};
 use floe_lake::rest::{CatalogClient, LoadedTable};
 use floe_lake::tables::conform;
@@ -482,9 +482,10 @@ impl Merger {
                             .copied()
                             .filter(|&r| by.is_valid(r) && values.is_valid(r))
                             .max_by(|&x, &y| {
-                                by.value(x)
-                                    .total_cmp(&by.value(y))
-                                    .then_with(|| values.value(x).cmp(values.value(y)))
+                                pick_order(
+                                    (by.value(x), values.value(x)),
+                                    (by.value(y), values.value(y)),
+                                )
                             })
                             .map(|r| r as u32)
                     }));

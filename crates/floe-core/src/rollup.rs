@@ -65,6 +65,12 @@ pub enum MergeRule {
     },
 }
 
+/// The order of `max_by` picks — by `by`, ties to the larger value — which every pick of a
+/// window, every merge of partial picks and every reader of them follows.
+pub fn pick_order(a: (f64, &str), b: (f64, &str)) -> std::cmp::Ordering {
+    a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1))
+}
+
 impl fmt::Display for MergeRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

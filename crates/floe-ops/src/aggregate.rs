@@ -453,7 +453,7 @@ fn string_at(array: &dyn Array, row: usize) -> Option<&str> {
 fn pick_max_by(best: &mut Option<(f64, String)>, by: f64, value: &str) {
     let better = match best {
         None => true,
-        Some((b, v)) => by.total_cmp(b).then_with(|| value.cmp(v.as_str())).is_gt(),
+        Some((b, v)) => floe_core::rollup::pick_order((by, value), (*b, v)).is_gt(),
     };
     if better {
         *best = Some((by, value.to_string()));

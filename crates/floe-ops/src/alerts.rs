@@ -1307,7 +1307,7 @@ impl Alerts {
             context.exemplars[i] = stage.exemplars.get(&key).and_then(|recent| {
                 recent
                     .iter()
-                    .max_by(|x, y| x.1.total_cmp(&y.1).then_with(|| x.2.cmp(&y.2)))
+                    .max_by(|x, y| floe_core::rollup::pick_order((x.1, &x.2), (y.1, &y.2)))
                     .map(|(_, _, trace)| trace.clone())
             });
         }

@@ -74,9 +74,18 @@ pub struct Exchange {
     /// Whether the input is a union: each of its streams is a source of its own (rows of
     /// two streams from one source partition would break each other's lineage order).
     pub union: bool,
-    /// The input's streams whose rows are final per minute (`""`: the input itself) and the
-    /// column of their minute: the writing side gives them their lineage (ADR 0010).
-    pub finals: (BTreeSet<String>, Option<String>),
+    /// The input's streams whose rows are final per minute: the writing side gives them their
+    /// lineage (ADR 0010).
+    pub finals: Finals,
+}
+
+/// Which of an exchange's input streams are final per minute, and by which column.
+#[derive(Debug, Clone, Default)]
+pub struct Finals {
+    /// The streams (`""`: the input itself).
+    pub streams: BTreeSet<String>,
+    /// The column of their minute.
+    pub minute: Option<String>,
 }
 
 /// The topic of exchange `id` of job `job`: the job file's, or `floe.<job>.<id>`.
@@ -105,11 +114,14 @@ pub fn exchanges(job: &str, pipeline: &Pipeline, known: &[StreamSpec]) -> Vec<Ex
                 .any(|p| p.outputs.contains(&op.input) && matches!(p.kind, OperatorKind::Union));
             let input = specs.iter().find(|s| s.name == op.input)?;
             let finals = match floe_core::exchange::final_per_minute(input) {
-                Some(column) => (BTreeSet::from([String::new()]), Some(column.to_string())),
-                None => (
-                    floe_ops::union::final_streams(input).into_iter().collect(),
-                    input.time_column.clone(),
-                ),
+                Some(column) => Finals {
+                    streams: BTreeSet::from([String::new()]),
+                    minute: Some(column.to_string()),
+                },
+                None => Finals {
+                    streams: floe_ops::union::final_streams(input).into_iter().collect(),
+                    minute: input.time_column.clone(),
+                },
             };
             Some(Exchange {
                 id: op.id.clone(),
@@ -387,11 +399,11 @@ impl Outbound {
         for x in self.exchanges.values() {
             for (stream, partitions) in frontiers {
                 let tag = if x.union {
-                    if !x.finals.0.contains(stream) {
+                    if !x.finals.streams.contains(stream) {
                         continue;
                     }
                     Some(stream)
-                } else if *stream == x.input && x.finals.0.contains("") {
+                } else if *stream == x.input && x.finals.streams.contains("") {
                     None
                 } else {
                     continue;
@@ -471,15 +483,15 @@ impl Outbound {
             let source = names(partition);
             if x.union {
                 for (stream, rows) in by_stream(&rows)? {
-                    let derived = x.finals.0.contains(&stream);
+                    let derived = x.finals.streams.contains(&stream);
                     slices.push((tagged(&source, &stream), rows, derived));
                 }
             } else {
-                slices.push((source, rows, x.finals.0.contains("")));
+                slices.push((source, rows, x.finals.streams.contains("")));
             }
         }
         for (source, rows, derived) in slices {
-            let rows = match (&x.finals.1, derived) {
+            let rows = match (&x.finals.minute, derived) {
                 (Some(column), true) => {
                     let at = (id.to_string(), source.clone());
                     let (rows, last) =
@@ -962,7 +974,7 @@ mod tests {
             key: vec!["service_name".into()],
             time_column: None,
             union: false,
-            finals: (BTreeSet::new(), None),
+            finals: Finals::default(),
         }
     }
 

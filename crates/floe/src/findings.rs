@@ -1,6 +1,7 @@
-//! What `floe quickstart` found: each SLO's newest status, every deploy judged and every
-//! alert transition, read back from the tables the run wrote (`otel_slo_status`,
-//! `otel_deploy_regressions`, `otel_alerts`) through a catalog of its own, as any reader would.
+//! What `floe quickstart` found: each SLO's newest status, every deploy judged, every
+//! saturation forecast and every alert transition, read back from the tables the run wrote
+//! (`otel_slo_status`, `otel_deploy_regressions`, `otel_forecasts`, `otel_alerts`) through a
+//! catalog of its own, as any reader would.
 
 use std::collections::BTreeMap;
 
@@ -19,9 +20,11 @@ pub(crate) async fn print(config: &JobConfig) -> anyhow::Result<()> {
     let result = async {
         let status = rows(&client, namespace, "otel_slo_status").await?;
         let deploys = rows(&client, namespace, "otel_deploy_regressions").await?;
+        let forecasts = rows(&client, namespace, "otel_forecasts").await?;
         let alerts = rows(&client, namespace, "otel_alerts").await?;
         print_status(&status);
         print_deploys(&deploys);
+        print_forecasts(&forecasts);
         print_alerts(&alerts);
         anyhow::Ok(())
     }
@@ -148,7 +151,7 @@ fn print_deploys(batches: &[RecordBatch]) {
     if lines.is_empty() {
         println!(
             "\nDeploys: none decided yet (a deploy is judged 10 minutes of event time after it; \
-             the default --duration 20s makes 20 minutes)."
+             the default --duration 30s makes an hour)."
         );
         return;
     }
@@ -156,6 +159,49 @@ fn print_deploys(batches: &[RecordBatch]) {
     println!("\nDeploys judged (otel_deploy_regressions):\n");
     for (_, line) in lines {
         println!("{line}");
+    }
+}
+
+/// A series' first minute within the horizon (and its line), and its first at the threshold.
+type Forecast = ((i64, String), Option<i64>);
+
+/// Per series, the first minute its forecast came within the horizon, and when it crossed.
+fn print_forecasts(batches: &[RecordBatch]) {
+    let mut series: BTreeMap<(String, String), Forecast> = BTreeMap::new();
+    for b in batches {
+        for r in 0..b.num_rows() {
+            let end = micros(b, "window_end", r);
+            let key = (text(b, "service_name", r), text(b, "measure", r));
+            let threshold = float(b, "threshold", r).unwrap_or(f64::NAN);
+            let observed = float(b, "observed", r).unwrap_or(f64::NAN);
+            let line = format!(
+                "{} at {observed:.2}, rising {:.3}/min: {:.0} % forecast for {} ({:.0} min ahead)",
+                clock(end),
+                float(b, "trend_per_minute", r).unwrap_or(f64::NAN),
+                threshold * 100.0,
+                clock(end + (float(b, "minutes_left", r).unwrap_or(0.0) * 60e6) as i64),
+                float(b, "minutes_left", r).unwrap_or(0.0),
+            );
+            let entry = series.entry(key).or_insert(((end, line.clone()), None));
+            if end < entry.0.0 {
+                entry.0 = (end, line);
+            }
+            if observed >= threshold && entry.1.is_none_or(|c| end < c) {
+                entry.1 = Some(end);
+            }
+        }
+    }
+    if series.is_empty() {
+        return;
+    }
+    println!(
+        "
+Saturation forecasts (otel_forecasts), first within the horizon:
+"
+    );
+    for ((service, measure), ((_, line), crossed)) in &series {
+        let crossed = crossed.map_or(String::new(), |c| format!("; crossed at {}", clock(c)));
+        println!("  {service} {measure}: {line}{crossed}");
     }
 }
 

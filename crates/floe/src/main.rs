@@ -113,7 +113,7 @@ enum Command {
         #[arg(long, default_value = "floe-quickstart")]
         dir: PathBuf,
         /// How long to generate data.
-        #[arg(long, default_value = "20s")]
+        #[arg(long, default_value = "30s")]
         duration: String,
     },
 }
@@ -481,7 +481,7 @@ async fn quickstart(dir: &Path, duration: &str, shutdown: CancellationToken) -> 
             "${FLOE_QUICKSTART_DIR:-floe-quickstart}",
             &dir.display().to_string(),
         )
-        .replace("${FLOE_QUICKSTART_DURATION:-20s}", duration);
+        .replace("${FLOE_QUICKSTART_DURATION:-30s}", duration);
     let (config, source) =
         JobConfig::from_toml::<RawSource>(Some(Path::new("jobs/quickstart.toml")), &text)
             .map_err(|e| anyhow::anyhow!("{e}"))?;

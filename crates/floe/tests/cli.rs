@@ -222,6 +222,17 @@ fn quickstart_lands_data_duckdb_reads() {
         firing("anomaly on inventory (service_name=inventory,measure=error_rate) firing"),
         "{stdout}"
     );
+    // Inventory's connection pool filling up from 5 minutes in is forecast to cross 90 %
+    // before it does, and raises a saturation alert.
+    assert!(
+        stdout.contains("Saturation forecasts (otel_forecasts)")
+            && stdout.contains("inventory usage: "),
+        "{stdout}"
+    );
+    assert!(
+        firing("saturation on inventory (service_name=inventory,measure=usage) firing"),
+        "{stdout}"
+    );
     // With context: inventory's most frequent error message and a failed trace to open.
     let inventory = stdout
         .lines()

@@ -3,10 +3,12 @@
 //! incidents at known event times, for five seeds, and on incident-free traffic.
 //!
 //! Each run is 90 minutes of event time from a fixed start (the same rows in every run):
-//! a bad `payments` deploy at 35 minutes, `inventory` failing 100 × as often at 45 minutes
+//! `inventory`'s connection pool filling up from 5 minutes in (full at 40, 90 % at 34.6), a
+//! bad `payments` deploy at 35 minutes, `inventory` failing 100 × as often at 45 minutes
 //! for 8 (its errors propagate up the call graph), `checkout`'s `PlaceOrder` 3 × slower at
 //! 65 minutes for 8. Per seed and incident: the event-time delay from its start to the end of
-//! the minute its first alert fired in, and for the failing dependency the rank of
+//! the minute its first alert fired in (for the pool, also the lead: how long before the
+//! usage crossed 90 % the alert fired), and for the failing dependency the rank of
 //! `inventory` among the root-cause candidates of the first alert raised on a service that
 //! calls it (or on itself when none of its callers alerted). False alerts: alerts firing
 //! outside every incident's window (plus the keep-firing time) after the 30-minute warm-up,
@@ -29,7 +31,9 @@ use futures::TryStreamExt;
 const START_MINUTE: i64 = 29_453_760;
 const SEEDS: [u64; 5] = [1, 2, 3, 4, 5];
 const SERVICES: usize = 5;
-/// Minutes after the start: the deploy, the failing dependency, the slow endpoint.
+/// Minutes after the start: the pool filling up, the deploy, the failing dependency, the
+/// slow endpoint.
+const SATURATION: (i64, i64) = (5, 35);
 const DEPLOY: i64 = 35;
 const FAILING: (i64, i64) = (45, 8);
 const SLOW: (i64, i64) = (65, 8);
@@ -58,9 +62,10 @@ fn job(dir: &Path, seed: u64, incidents: bool, uri: &str, namespace: &str) -> st
         generator.push_str(&format!(
             "deploy = {{ service = \"payments\", version = \"1.1.0\", at = \"{DEPLOY}m\", \
              error_factor = 4, latency_factor = 1.5 }}\nincidents = [\n  \
+             {{ service = \"inventory\", kind = \"saturation\", at = \"{}m\", for = \"{}m\" }},\n  \
              {{ service = \"inventory\", kind = \"errors\", at = \"{}m\", for = \"{}m\", factor = 100 }},\n  \
              {{ service = \"checkout\", kind = \"slow\", endpoint = \"PlaceOrder\", at = \"{}m\", for = \"{}m\", factor = 3 }},\n]\n",
-            FAILING.0, FAILING.1, SLOW.0, SLOW.1
+            SATURATION.0, SATURATION.1, FAILING.0, FAILING.1, SLOW.0, SLOW.1
         ));
     }
     let text = format!(
@@ -149,6 +154,7 @@ fn explained(minute: i64, rule: &str, service: &str, causes: &[String]) -> bool 
     let within = |(at, lasts): (i64, i64)| minute >= at && minute <= at + lasts + KEEP;
     match rule {
         "deploy-regression" => service == "payments" && minute >= DEPLOY,
+        "saturation" => service == "inventory" && within(SATURATION),
         // The bad deploy makes payments slower and fail more from its first minute, and its
         // errors reach its callers — an alert there that names payments first is the deploy's.
         _ if service == "payments" && within((DEPLOY, 10)) => true,
@@ -174,10 +180,10 @@ async fn injected_incidents_raise_their_alerts_and_clean_traffic_almost_none() {
         alerts.iter().filter(|a| a.3 == "firing").cloned().collect()
     };
     let mut table = vec![
-        "| seed | deploy delay | failing dependency delay | its rank | slow endpoint delay | false alerts |".to_string(),
-        "|---|---|---|---|---|---|".to_string(),
+        "| seed | pool filling delay (lead) | deploy delay | failing dependency delay | its rank | slow endpoint delay | false alerts |".to_string(),
+        "|---|---|---|---|---|---|---|".to_string(),
     ];
-    let (mut detected, mut first, mut false_alerts) = ([0; 3], 0, 0);
+    let (mut detected, mut first, mut false_alerts) = ([0; 4], 0, 0);
     let mut first_seed = Vec::new();
     for seed in SEEDS {
         let all = run(&dir, &uri, &client, seed, true, "").await;
@@ -193,6 +199,7 @@ async fn injected_incidents_raise_their_alerts_and_clean_traffic_almost_none() {
                 .map(|a| a.0 + 1 - from)
                 .min()
         };
+        let pool = delay(SATURATION.0, &|a| a.1 == "saturation" && a.2 == "inventory");
         let deploy = delay(DEPLOY, &|a| a.1 == "deploy-regression" && a.2 == "payments");
         let failing = delay(FAILING.0, &|a| {
             a.0 <= FAILING.0 + FAILING.1 && a.4.first().is_some_and(|c| c == "inventory")
@@ -217,14 +224,20 @@ async fn injected_incidents_raise_their_alerts_and_clean_traffic_almost_none() {
             .collect();
         eprintln!("seed {seed}: alerts outside the incidents: {unexplained:?}");
         let unexplained = unexplained.len();
-        for (i, d) in [deploy, failing, slow].iter().enumerate() {
+        for (i, d) in [pool, deploy, failing, slow].iter().enumerate() {
             detected[i] += usize::from(d.is_some());
         }
         first += usize::from(rank == Some(1));
         false_alerts += unexplained;
         let show = |d: Option<i64>| d.map_or("missed".to_string(), |d| format!("{d} min"));
+        // The usage crosses 90 % at 0.55 / 0.65 of the way up.
+        let crossing = SATURATION.0 as f64 + SATURATION.1 as f64 * 0.55 / 0.65;
         table.push(format!(
-            "| {seed} | {} | {} | {} | {} | {unexplained} |",
+            "| {seed} | {} | {} | {} | {} | {} | {unexplained} |",
+            pool.map_or("missed".to_string(), |d| format!(
+                "{d} min ({:.0} min before 90 %)",
+                crossing - (SATURATION.0 + d) as f64
+            )),
             show(deploy),
             show(failing),
             match (rank, ranked) {
@@ -242,13 +255,13 @@ async fn injected_incidents_raise_their_alerts_and_clean_traffic_almost_none() {
     let clean_false = clean.iter().filter(|a| a.0 >= WARMUP).count();
     let service_hours = SERVICES as f64 * (MINUTES - WARMUP) as f64 / 60.0;
     table.push(format!(
-        "| clean, seed 1 | - | - | - | - | {clean_false} ({:.2} per service-hour) |",
+        "| clean, seed 1 | - | - | - | - | - | {clean_false} ({:.2} per service-hour) |",
         clean_false as f64 / service_hours
     ));
     eprintln!("{}", table.join("\n"));
     assert_eq!(
         detected,
-        [SEEDS.len(); 3],
+        [SEEDS.len(); 4],
         "every injected incident raises an alert in every seed:\n{}",
         table.join("\n")
     );
@@ -269,7 +282,7 @@ async fn injected_incidents_raise_their_alerts_and_clean_traffic_almost_none() {
     );
     eprintln!(
         "slow endpoint detected in {} of {}; {false_alerts} alerts outside the incidents",
-        detected[2],
+        detected[3],
         SEEDS.len()
     );
     catalog.stop().await.unwrap();
