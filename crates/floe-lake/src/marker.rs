@@ -36,15 +36,22 @@ pub fn mirrored_value(table_uuid: &str, sequence: i64) -> String {
     format!("{table_uuid}:{sequence}")
 }
 
+/// A mirror's position entry value read back: the table's UUID and the sequence delivered
+/// (`None`: not such a value).
+pub fn parse_mirrored(value: &str) -> Option<(&str, i64)> {
+    let (uuid, sequence) = value.rsplit_once(':')?;
+    Some((uuid, sequence.parse().ok()?))
+}
+
 /// The smallest sequence `positions` say a mirror of table `table_uuid` delivered (`None`:
 /// no mirror of it).
 pub fn mirrored_through(positions: &BTreeMap<String, String>, table_uuid: &str) -> Option<i64> {
     positions
         .iter()
         .filter(|(key, _)| key.contains(MIRRORED))
-        .filter_map(|(_, value)| value.rsplit_once(':'))
+        .filter_map(|(_, value)| parse_mirrored(value))
         .filter(|(uuid, _)| *uuid == table_uuid)
-        .filter_map(|(_, sequence)| sequence.parse().ok())
+        .map(|(_, sequence)| sequence)
         .min()
 }
 
@@ -194,6 +201,22 @@ fn main_ancestry(metadata: &TableMetadata) -> impl Iterator<Item = &SnapshotRef>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mirror_s_entry_reads_back_and_the_oldest_mirror_of_a_table_counts() {
+        let uuid = "0b8c0a94-5d55-4b4b-9a8e-2f6c1a3f1d2e";
+        assert_eq!(parse_mirrored(&mirrored_value(uuid, 17)), Some((uuid, 17)));
+        assert_eq!(parse_mirrored("no sequence"), None);
+        assert_eq!(parse_mirrored("uuid:x"), None);
+        let positions = BTreeMap::from([
+            ("t/0".to_string(), "100".to_string()),
+            (format!("t/0{MIRRORED}a"), mirrored_value(uuid, 17)),
+            (format!("t/0{MIRRORED}b"), mirrored_value(uuid, 12)),
+            (format!("t/0{MIRRORED}c"), mirrored_value("another", 3)),
+        ]);
+        assert_eq!(mirrored_through(&positions, uuid), Some(12));
+        assert_eq!(mirrored_through(&positions, "none"), None);
+    }
 
     #[test]
     fn round_trips_through_properties() {

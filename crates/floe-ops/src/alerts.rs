@@ -63,11 +63,13 @@ use floe_core::{StreamBatch, StreamSpec};
 
 use crate::aggregate::{AggKind, Aggregate};
 use crate::codec::{Reader, Writer, float_at, integer_at};
-use crate::minutes::{Closed, MINUTE, Minutes, ROW_COLUMN, inner_rows, strings_of};
+use crate::minutes::{
+    Closed, MINUTE, Minutes, ROW_COLUMN, inner_rows, per_minute_hooks, strings_of,
+};
 use crate::sql::Expressions;
 use crate::union::STREAM_COLUMN;
 use crate::window::{event_times, final_stream, iceberg_schema, late_stream, timestamp};
-use crate::{Context, OpError, OpResult, Operator, OperatorStats};
+use crate::{Context, OpError, OpResult, Operator};
 
 /// A condition that raises alerts.
 #[derive(Debug, Clone, PartialEq)]
@@ -1547,45 +1549,7 @@ fn summary(rule: &Rule, t: &Transition) -> String {
 }
 
 impl Operator for Alerts {
-    fn id(&self) -> &str {
-        &self.spec.id
-    }
-
-    fn outputs(&self) -> &[StreamSpec] {
-        &self.outputs
-    }
-
-    fn on_batch(&mut self, input: &StreamBatch, ctx: &mut Context<'_>) -> OpResult<()> {
-        if input.batch.schema().fields().len() < self.input.fields().len() {
-            return Err(self.invalid("rows without the input's columns"));
-        }
-        for (p, rows) in input.slices() {
-            let facts = self.facts(ctx, p, &rows)?;
-            let closed = self.minutes.on_rows(ctx, p, facts)?;
-            self.advance(ctx, p, Some(&rows), closed)?;
-        }
-        Ok(())
-    }
-
-    fn on_watermark(
-        &mut self,
-        partition: u32,
-        watermark: i64,
-        ctx: &mut Context<'_>,
-    ) -> OpResult<()> {
-        let closed = self.minutes.on_watermark(ctx, partition, watermark)?;
-        self.advance(ctx, partition, None, closed)
-    }
-
-    fn on_event_clock(
-        &mut self,
-        partition: u32,
-        max_time: i64,
-        ctx: &mut Context<'_>,
-    ) -> OpResult<()> {
-        let closed = self.minutes.on_event_clock(ctx, partition, max_time)?;
-        self.advance(ctx, partition, None, closed)
-    }
+    per_minute_hooks!(facts, advance);
 
     fn on_restore(&mut self, partition: u32, ctx: &mut Context<'_>) -> OpResult<()> {
         self.stages.remove(&partition);
@@ -1597,20 +1561,8 @@ impl Operator for Alerts {
         self.minutes.forget();
     }
 
-    fn watermarks(&self) -> Vec<(u32, i64)> {
-        self.minutes.watermarks()
-    }
-
     fn final_frontiers(&self) -> Vec<(u32, i64)> {
         self.minutes.frontiers()
-    }
-
-    fn fingerprint(&self) -> Option<String> {
-        Some(self.spec.fingerprint())
-    }
-
-    fn stats(&self) -> OperatorStats {
-        self.minutes.stats()
     }
 }
 

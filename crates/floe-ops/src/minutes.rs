@@ -1,16 +1,17 @@
-//! Final minutes: the counting under the `slo` and `regression` operators.
+//! Final minutes: the counting under the per-minute operators (`slo`, `regression`, the
+//! series operators `anomaly` and `forecast`, and `alerts`).
 //!
-//! Both read requests back from an exchange, count them per minute of event time and key,
-//! and then evaluate each minute **once**, when it is final. [`Minutes`] is that count: a
-//! tumbling one-minute [`Window`] without allowed lateness whose clock runs the operator's
-//! allowed lateness behind, so a minute closes at `watermark ≥ end + allowed_lateness` and is
-//! emitted once, final; rows later than that come back as late (row, watermark) pairs for the
-//! operator's late table.
+//! Each reads rows back from an exchange (or from one partition), aggregates them per minute
+//! of event time and key, and then evaluates each minute **once**, when it is final.
+//! [`Minutes`] is that aggregation: a tumbling one-minute [`Window`] without allowed lateness
+//! whose clock runs the operator's allowed lateness behind, so a minute closes at `watermark ≥
+//! end + allowed_lateness` and is emitted once, final; rows later than that come back as late
+//! (row, watermark) pairs for the operator's late table.
 //!
 //! The caller feeds it rows built by [`inner_rows`]: the time column, the caller's key and
 //! aggregate columns, the index of the input row ([`ROW_COLUMN`], so late rows are reported
-//! as the input's) and the exchange's source clock. [`require_exchange_by`] is the check both
-//! operators make of their input.
+//! as the input's) and the exchange's source clock. [`require_exchange_by`] is the check the
+//! operators make of their input, and [`per_minute_hooks`] their shared [`Operator`] hooks.
 
 use std::sync::Arc;
 
@@ -23,6 +24,74 @@ use crate::aggregate::Aggregate;
 use crate::codec::integer_at;
 use crate::window::{Window, WindowKind, WindowSpec, iceberg_schema, late_rows};
 use crate::{Context, OpResult, Operator, OperatorStats};
+
+/// The [`Operator`] hooks every per-minute operator shares, inside its `impl Operator`: `id`
+/// and `outputs` (its `spec.id` and `outputs`), `on_batch` (each partition's rows through
+/// `self.$prepare(ctx, partition, &rows)` into its `minutes`, then the minutes that closed
+/// through `self.$evaluate(ctx, partition, Some(&rows), closed)`), `on_watermark` and
+/// `on_event_clock` (the clock into `minutes`, then `$evaluate` without rows), `watermarks`
+/// and `stats` (the minutes') and `fingerprint` (its spec's). Restoring, forgetting and the
+/// final frontiers are each operator's own.
+macro_rules! per_minute_hooks {
+    ($prepare:ident, $evaluate:ident) => {
+        fn id(&self) -> &str {
+            &self.spec.id
+        }
+
+        fn outputs(&self) -> &[floe_core::StreamSpec] {
+            &self.outputs
+        }
+
+        fn on_batch(
+            &mut self,
+            input: &floe_core::StreamBatch,
+            ctx: &mut $crate::Context<'_>,
+        ) -> $crate::OpResult<()> {
+            if input.batch.schema().fields().len() < self.input.fields().len() {
+                return Err(self.invalid("rows without the input's columns"));
+            }
+            for (p, rows) in input.slices() {
+                let prepared = self.$prepare(ctx, p, &rows)?;
+                let closed = self.minutes.on_rows(ctx, p, prepared)?;
+                self.$evaluate(ctx, p, Some(&rows), closed)?;
+            }
+            Ok(())
+        }
+
+        fn on_watermark(
+            &mut self,
+            partition: u32,
+            watermark: i64,
+            ctx: &mut $crate::Context<'_>,
+        ) -> $crate::OpResult<()> {
+            let closed = self.minutes.on_watermark(ctx, partition, watermark)?;
+            self.$evaluate(ctx, partition, None, closed)
+        }
+
+        fn on_event_clock(
+            &mut self,
+            partition: u32,
+            max_time: i64,
+            ctx: &mut $crate::Context<'_>,
+        ) -> $crate::OpResult<()> {
+            let closed = self.minutes.on_event_clock(ctx, partition, max_time)?;
+            self.$evaluate(ctx, partition, None, closed)
+        }
+
+        fn watermarks(&self) -> Vec<(u32, i64)> {
+            self.minutes.watermarks()
+        }
+
+        fn fingerprint(&self) -> Option<String> {
+            Some(self.spec.fingerprint())
+        }
+
+        fn stats(&self) -> $crate::OperatorStats {
+            self.minutes.stats()
+        }
+    };
+}
+pub(crate) use per_minute_hooks;
 
 /// One minute, µs.
 pub(crate) const MINUTE: i64 = 60_000_000;

@@ -53,10 +53,10 @@ use crate::aggregate::{AggKind, Aggregate};
 use crate::codec::{Reader, Writer, integer_at, sortable};
 use crate::minutes::{
     Closed, MINUTE, Minutes, ROW_COLUMN, RequestColumns, RequestValues, checked_input, inner_rows,
-    strings_of,
+    per_minute_hooks, strings_of,
 };
 use crate::window::{event_times, final_stream, iceberg_schema, late_stream, timestamp};
-use crate::{Context, OpError, OpResult, Operator, OperatorStats};
+use crate::{Context, OpError, OpResult, Operator};
 
 /// A `regression` operator as configured.
 #[derive(Debug, Clone, PartialEq)]
@@ -900,45 +900,7 @@ impl VerdictRows {
 }
 
 impl Operator for Regression {
-    fn id(&self) -> &str {
-        &self.spec.id
-    }
-
-    fn outputs(&self) -> &[StreamSpec] {
-        &self.outputs
-    }
-
-    fn on_batch(&mut self, input: &StreamBatch, ctx: &mut Context<'_>) -> OpResult<()> {
-        if input.batch.schema().fields().len() < self.input.fields().len() {
-            return Err(self.invalid("rows without the input's columns"));
-        }
-        for (p, rows) in input.slices() {
-            let inner = self.inner(ctx, p, &rows)?;
-            let closed = self.minutes.on_rows(ctx, p, inner)?;
-            self.evaluate_closed(ctx, p, Some(&rows), closed)?;
-        }
-        Ok(())
-    }
-
-    fn on_watermark(
-        &mut self,
-        partition: u32,
-        watermark: i64,
-        ctx: &mut Context<'_>,
-    ) -> OpResult<()> {
-        let closed = self.minutes.on_watermark(ctx, partition, watermark)?;
-        self.evaluate_closed(ctx, partition, None, closed)
-    }
-
-    fn on_event_clock(
-        &mut self,
-        partition: u32,
-        max_time: i64,
-        ctx: &mut Context<'_>,
-    ) -> OpResult<()> {
-        let closed = self.minutes.on_event_clock(ctx, partition, max_time)?;
-        self.evaluate_closed(ctx, partition, None, closed)
-    }
+    per_minute_hooks!(inner, evaluate_closed);
 
     fn on_restore(&mut self, partition: u32, ctx: &mut Context<'_>) -> OpResult<()> {
         self.minutes.on_restore(ctx, partition)
@@ -948,10 +910,6 @@ impl Operator for Regression {
         self.minutes.forget();
     }
 
-    fn watermarks(&self) -> Vec<(u32, i64)> {
-        self.minutes.watermarks()
-    }
-
     fn final_frontiers(&self) -> Vec<(u32, i64)> {
         // A minute decided is stamped with its end: the open minute's start is out too.
         self.minutes
@@ -959,14 +917,6 @@ impl Operator for Regression {
             .into_iter()
             .map(|(p, f)| (p, f + 1))
             .collect()
-    }
-
-    fn fingerprint(&self) -> Option<String> {
-        Some(self.spec.fingerprint())
-    }
-
-    fn stats(&self) -> OperatorStats {
-        self.minutes.stats()
     }
 }
 

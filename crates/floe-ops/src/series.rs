@@ -48,11 +48,12 @@ use crate::anomaly::{AnomalySettings, Baseline};
 use crate::codec::{Reader, Writer, float_at, integer_at};
 use crate::forecast::{ForecastSettings, Trend};
 use crate::minutes::{
-    Closed, MINUTE, Minutes, RequestColumns, checked_input, inner_rows, strings_of,
+    Closed, MINUTE, Minutes, RequestColumns, checked_input, inner_rows, per_minute_hooks,
+    strings_of,
 };
 use crate::timers::EXPIRY;
 use crate::window::{event_times, final_stream, iceberg_schema, late_stream, timestamp};
-use crate::{Context, OpError, OpResult, Operator, OperatorStats};
+use crate::{Context, OpError, OpResult, Operator};
 
 /// Minutes in a day.
 pub(crate) const DAY_MINUTES: i64 = 1440;
@@ -1012,45 +1013,7 @@ impl SeriesRows {
 }
 
 impl Operator for SeriesOperator {
-    fn id(&self) -> &str {
-        &self.spec.id
-    }
-
-    fn outputs(&self) -> &[StreamSpec] {
-        &self.outputs
-    }
-
-    fn on_batch(&mut self, input: &StreamBatch, ctx: &mut Context<'_>) -> OpResult<()> {
-        if input.batch.schema().fields().len() < self.input.fields().len() {
-            return Err(self.invalid("rows without the input's columns"));
-        }
-        for (p, rows) in input.slices() {
-            let inner = self.inner(ctx, p, &rows)?;
-            let closed = self.minutes.on_rows(ctx, p, inner)?;
-            self.evaluate_closed(ctx, p, Some(&rows), closed)?;
-        }
-        Ok(())
-    }
-
-    fn on_watermark(
-        &mut self,
-        partition: u32,
-        watermark: i64,
-        ctx: &mut Context<'_>,
-    ) -> OpResult<()> {
-        let closed = self.minutes.on_watermark(ctx, partition, watermark)?;
-        self.evaluate_closed(ctx, partition, None, closed)
-    }
-
-    fn on_event_clock(
-        &mut self,
-        partition: u32,
-        max_time: i64,
-        ctx: &mut Context<'_>,
-    ) -> OpResult<()> {
-        let closed = self.minutes.on_event_clock(ctx, partition, max_time)?;
-        self.evaluate_closed(ctx, partition, None, closed)
-    }
+    per_minute_hooks!(inner, evaluate_closed);
 
     fn on_restore(&mut self, partition: u32, ctx: &mut Context<'_>) -> OpResult<()> {
         self.expiry_floor.remove(&partition);
@@ -1062,20 +1025,8 @@ impl Operator for SeriesOperator {
         self.minutes.forget();
     }
 
-    fn watermarks(&self) -> Vec<(u32, i64)> {
-        self.minutes.watermarks()
-    }
-
     fn final_frontiers(&self) -> Vec<(u32, i64)> {
         self.minutes.frontiers()
-    }
-
-    fn fingerprint(&self) -> Option<String> {
-        Some(self.spec.fingerprint())
-    }
-
-    fn stats(&self) -> OperatorStats {
-        self.minutes.stats()
     }
 }
 

@@ -19,7 +19,7 @@
 use std::sync::Arc;
 
 use floe_core::{Delivery, Mirror, Positions};
-use floe_lake::marker::{MIRRORED, job_snapshots, mirrored_value};
+use floe_lake::marker::{MIRRORED, job_snapshots, mirrored_value, parse_mirrored};
 use floe_lake::read::read_added;
 use floe_lake::rest::CatalogClient;
 use iceberg::TableIdent;
@@ -123,8 +123,8 @@ impl Mirrors {
             let suffix = format!("{MIRRORED}{}", h.sink.id);
             let recorded = committed
                 .and_then(|p| p.iter().find(|(k, _)| k.ends_with(&suffix)))
-                .and_then(|(_, v)| v.rsplit_once(':'))
-                .and_then(|(uuid, seq)| Some((uuid.to_string(), seq.parse().ok()?)));
+                .and_then(|(_, v)| parse_mirrored(v))
+                .map(|(uuid, sequence)| (uuid.to_string(), sequence));
             h.delivered = newer(h.delivered.take(), recorded);
         }
     }

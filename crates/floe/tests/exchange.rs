@@ -218,32 +218,19 @@ impl Fixture {
             exchange: &s.exchange_topic,
             log: &log,
         };
-        support::wait_through_exchange(&self.client, &job).await;
-        let by_trace = support::ExchangeJob {
-            exchange: &s.trace_topic,
-            ..job
-        };
-        support::wait_through_exchange(&self.client, &by_trace).await;
-        let notable = support::ExchangeJob {
-            exchange: &s.notable_topic,
-            ..job
-        };
-        support::wait_through_exchange(&self.client, &notable).await;
-        let scores = support::ExchangeJob {
-            exchange: &s.scores_topic,
-            ..job
-        };
-        support::wait_through_exchange(&self.client, &scores).await;
-        let flagged = support::ExchangeJob {
-            exchange: &s.flagged_topic,
-            ..job
-        };
-        support::wait_through_exchange(&self.client, &flagged).await;
-        let facts = support::ExchangeJob {
-            exchange: &s.facts_topic,
-            ..job
-        };
-        support::wait_through_exchange(&self.client, &facts).await;
+        // In the order they are fed: once the input is committed whole, each next exchange's
+        // ends are final too.
+        for exchange in [
+            &s.exchange_topic,
+            &s.trace_topic,
+            &s.notable_topic,
+            &s.scores_topic,
+            &s.flagged_topic,
+            &s.facts_topic,
+        ] {
+            let job = support::ExchangeJob { exchange, ..job };
+            support::wait_through_exchange(&self.client, &job).await;
+        }
     }
 
     fn consumer(&self) -> BaseConsumer {
@@ -325,8 +312,7 @@ impl Fixture {
              print(*con.sql(\"SELECT (SELECT count(*) FROM ({a})), (SELECT count(*) FROM ({b})), \
              (SELECT count(*) FROM ({a} EXCEPT ALL {b})), (SELECT count(*) FROM ({b} EXCEPT ALL {a}))\").fetchone())\n"
         ));
-        let cells: Vec<u64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
-        cells.try_into().unwrap()
+        support::numbers(&out)
     }
 
     /// [`Self::check`] and [`Self::check_window`] of a run that must equal the uninterrupted
@@ -365,7 +351,6 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINC
       one("SELECT count(*) FROM late ANTI JOIN spans USING (trace_id, span_id)"))
 "#
         ));
-        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
         let [
             rows,
             keys,
@@ -375,10 +360,7 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(*) FROM (SELECT DISTINC
             late,
             late_digest,
             unknown,
-        ] = cells[..]
-        else {
-            panic!("{out}");
-        };
+        ] = support::numbers::<i128, _>(&out);
         assert!(rows > 0, "{}: the window emitted nothing", s.name);
         assert_eq!(rows, keys, "{}: one row per (window, service)", s.name);
         assert_eq!(
@@ -443,10 +425,7 @@ print(one("SELECT count(*) FROM got"),
       one("SELECT coalesce(sum(hash(got)), 0) FROM got"))
 "#
         ));
-        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
-        let [rows, fired, unfounded, early, held, digest] = cells[..] else {
-            panic!("{out}");
-        };
+        let [rows, fired, unfounded, early, held, digest] = support::numbers::<i128, _>(&out);
         assert!(fired > 0, "{}: no anomaly raised an alert", s.name);
         assert_eq!(
             (unfounded, early, held),
@@ -532,10 +511,7 @@ print(one("SELECT count(*) FROM expected"),
       one("SELECT coalesce(sum(hash(start_us, measure, n)), 0) FROM got"))
 "#
         ));
-        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
-        let [rows, missing, extra, digest] = cells[..] else {
-            panic!("{out}");
-        };
+        let [rows, missing, extra, digest] = support::numbers::<i128, _>(&out);
         assert!(rows > 0, "{}: no anomalies to count", s.name);
         assert_eq!(
             (missing, extra),
@@ -564,10 +540,7 @@ print(one("SELECT count(*) FROM global"),
       one("SELECT coalesce(sum(hash(global)), 0) FROM global"))
 "#
         ));
-        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
-        let [rows, missing, extra, digest] = cells[..] else {
-            panic!("{out}");
-        };
+        let [rows, missing, extra, digest] = support::numbers::<i128, _>(&out);
         assert!(
             rows > 0,
             "{}: nothing came through the second exchange",
@@ -610,10 +583,7 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(DISTINCT stream) FROM g
       one("SELECT count(*) FROM late"))
 "#
         ));
-        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
-        let [rows, streams, missing, extra, digest, late] = cells[..] else {
-            panic!("{out}");
-        };
+        let [rows, streams, missing, extra, digest, late] = support::numbers::<i128, _>(&out);
         assert!(rows > 0, "{}: the union's window emitted nothing", s.name);
         assert_eq!(streams, 2, "{}: both streams of the union counted", s.name);
         assert_eq!(
@@ -657,7 +627,6 @@ print(one("SELECT count(*) FROM got"),
       one("SELECT count(*) FROM late"), one("SELECT coalesce(sum(hash(trace_id, span_id, late_watermark)), 0) FROM late"))
 "#
         ));
-        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
         let [
             error_minutes,
             unknown,
@@ -670,10 +639,7 @@ print(one("SELECT count(*) FROM got"),
             flags_digest,
             late,
             late_digest,
-        ] = cells[..]
-        else {
-            panic!("{out}");
-        };
+        ] = support::numbers::<i128, _>(&out);
         assert!(
             error_minutes >= 3,
             "{}: {error_minutes} error-rate scores",
@@ -726,10 +692,7 @@ print(one("SELECT count(*) FROM got"),
       one("SELECT coalesce(sum(hash(start_us, caller_service, callee_service, n, e)), 0) FROM got"))
 "#
         ));
-        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
-        let [rows, wrong, got, expected, digest] = cells[..] else {
-            panic!("{out}");
-        };
+        let [rows, wrong, got, expected, digest] = support::numbers::<i128, _>(&out);
         assert!(rows > 0, "{}: no service edges", s.name);
         assert_eq!(wrong, 0, "{}: edges DuckDB's join does not have", s.name);
         // Records sent 5 s back (1 in 120) can make their edges late for a closed minute.
@@ -799,7 +762,6 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(DISTINCT slo) FROM got"
       one("SELECT count(*) FROM late ANTI JOIN spans USING (trace_id, span_id)"))
 "#
         ));
-        let cells: Vec<i128> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
         let [
             evaluated,
             objectives,
@@ -810,10 +772,7 @@ print(one("SELECT count(*) FROM got"), one("SELECT count(DISTINCT slo) FROM got"
             late,
             late_digest,
             unknown,
-        ] = cells[..]
-        else {
-            panic!("{out}");
-        };
+        ] = support::numbers::<i128, _>(&out);
         assert!(
             evaluated >= 4,
             "{}: {evaluated} SLO minutes with requests",

@@ -150,7 +150,6 @@ print(one("SELECT count(*) FROM got"),
                 OR abs(p99_ns - d[floor(0.99 * (len(d) - 1))::INT + 1]) > 0.0101 * d[floor(0.99 * (len(d) - 1))::INT + 1]'''))
 "#
     ));
-    let cells: Vec<i64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
     let [
         rows,
         keys,
@@ -163,10 +162,7 @@ print(one("SELECT count(*) FROM got"),
         slo_extra,
         slo_wrong,
         off,
-    ] = cells[..]
-    else {
-        panic!("{out}");
-    };
+    ] = support::numbers::<i64, _>(&out);
     eprintln!("otel_red_1m: {rows} rows, {errors} errors; otel_slo_status: {slo_rows} rows");
     assert!(
         rows > 0,
@@ -401,10 +397,7 @@ print(one("SELECT count(*) FROM got"), one("SELECT max(parts) FROM got"),
              WHERE abs(p99 - d[floor(0.99 * (len(d) - 1))::INT + 1]) > 0.0101 * d[floor(0.99 * (len(d) - 1))::INT + 1]'''))
 "#
     ));
-    let cells: Vec<i64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
-    let [rows, parts, missing, extra, pairs, off] = cells[..] else {
-        panic!("{out}");
-    };
+    let [rows, parts, missing, extra, pairs, off] = support::numbers::<i64, _>(&out);
     eprintln!(
         "otel_service_edges: {rows} (minute, caller, callee) rows of up to {parts} partial rows, \
          {pairs} caller → callee pairs"

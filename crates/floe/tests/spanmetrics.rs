@@ -194,7 +194,6 @@ print(one("SELECT count(*) FROM collector"), one("SELECT sum(calls) FROM collect
       one("SELECT coalesce(sum(calls), 0) FROM collector WHERE status = 'STATUS_CODE_ERROR'"))
 "#
     ));
-    let cells: Vec<i64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
     let [
         series,
         collector_calls,
@@ -203,10 +202,7 @@ print(one("SELECT count(*) FROM collector"), one("SELECT sum(calls) FROM collect
         extra,
         services,
         errors,
-    ] = cells[..]
-    else {
-        panic!("{out}");
-    };
+    ] = support::numbers::<i64, _>(&out);
     eprintln!(
         "span metrics: {series} series, {services} services, {collector_calls} calls \
          ({errors} errors); Floe's RED: {floe_calls} requests; {spans} spans sent"

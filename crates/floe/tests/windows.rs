@@ -330,6 +330,14 @@ state_dir = "{state}"
     }
 }
 
+/// How many times the replicas sharing `log` were assigned partitions so far.
+fn assignments(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .matches("partitions assigned")
+        .count()
+}
+
 fn kill(mut child: support::Floe) {
     child.kill().unwrap();
     child.wait().unwrap();
@@ -377,8 +385,24 @@ async fn rescaled(f: &Fixture) -> Scenario {
     f.produce(&mut s, RECORDS / 3).await;
     f.wait_for_writers(&s, 1).await;
     // 1 → 3: two more members join; the group rebalances the partitions (and their state).
+    // The next third is produced once the new members have partitions, and in slices: had the
+    // first replica read all of it before the rebalance, the new ones would have nothing to
+    // commit (on a loaded machine they joined seconds late).
+    let assigned = assignments(&s.log());
     let (second, third) = (s.spawn(1), s.spawn(2));
-    f.produce(&mut s, 2 * RECORDS / 3).await;
+    let began = Instant::now();
+    while assignments(&s.log()) < assigned + 3 {
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "rescaled: the new replicas were assigned no partitions; log: {}",
+            s.log().display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for slice in 1..=8 {
+        f.produce(&mut s, RECORDS / 3 + slice * RECORDS / 24).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     // The third replica stops only once all three have committed: how long the rebalance and
     // the first commits take depends on the machine, the point of the run does not.
     f.wait_for_writers(&s, 3).await;

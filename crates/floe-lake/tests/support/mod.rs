@@ -195,7 +195,35 @@ pub async fn commit(client: &CatalogClient, ident: &TableIdent, delta: Delta) ->
 /// wait on a `Notify` whose wake-up may come before they listen (fixed upstream after 0.10.1:
 /// apache/iceberg-rust#2696, #2859, #2873). It hung floe-lake's model test twice in CI. Floe's
 /// own reader (`floe_lake::read`) does not use it; this reference scan is bounded and retried.
+///
+/// Its equality deletes become one predicate, nested a level deeper per deleted key, which it
+/// walks recursively: ~800 deleted keys overflowed a test thread's 2 MiB stack (the racing
+/// compaction test, whose writer runs longer on a loaded machine). So the scan runs on a
+/// thread of its own with a large stack.
 pub async fn scan_batches(table: &LoadedTable, columns: Option<&[&str]>) -> Vec<RecordBatch> {
+    let (table, columns) = (
+        table.clone(),
+        columns.map(|c| c.iter().map(|c| c.to_string()).collect::<Vec<_>>()),
+    );
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("iceberg-rust scan".into())
+        .stack_size(256 << 20)
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let columns: Option<Vec<&str>> = columns
+                .as_ref()
+                .map(|c| c.iter().map(String::as_str).collect());
+            let _ = tx.send(runtime.block_on(iceberg_scan(&table, columns.as_deref())));
+        })
+        .unwrap();
+    rx.await.expect("the iceberg-rust scan's thread panicked")
+}
+
+async fn iceberg_scan(table: &LoadedTable, columns: Option<&[&str]>) -> Vec<RecordBatch> {
     const ATTEMPTS: usize = 5;
     for attempt in 1..=ATTEMPTS {
         let iceberg_table = table.to_table().unwrap();

@@ -97,6 +97,20 @@ pub(crate) fn python(script: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The numbers a script printed, separated by whitespace: exactly `N` of them.
+pub(crate) fn numbers<T: std::str::FromStr, const N: usize>(out: &str) -> [T; N] {
+    let cells: Vec<T> = out
+        .split_whitespace()
+        .map(|c| {
+            c.parse()
+                .unwrap_or_else(|_| panic!("not a number: {c} in {out}"))
+        })
+        .collect();
+    cells
+        .try_into()
+        .unwrap_or_else(|_| panic!("not {N} numbers: {out}"))
+}
+
 /// A port nothing listens on right now.
 pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -120,28 +134,41 @@ pub(crate) fn http_get(port: u16, path: &str) -> String {
 }
 
 /// A running `floe` process and the file its log goes to (so a failed stop can show why).
+/// Dropped while it runs — a test that failed before stopping it — it is killed, so it
+/// does not go on consuming beside the next test.
 pub(crate) struct Floe {
-    child: std::process::Child,
+    child: Option<std::process::Child>,
     log: PathBuf,
 }
 
 impl Floe {
     /// The process, for a caller that stops it its own way.
-    pub(crate) fn into_child(self) -> std::process::Child {
-        self.child
+    pub(crate) fn into_child(mut self) -> std::process::Child {
+        self.child.take().expect("a process")
+    }
+}
+
+impl Drop for Floe {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child
+            && matches!(child.try_wait(), Ok(None))
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
 impl std::ops::Deref for Floe {
     type Target = std::process::Child;
     fn deref(&self) -> &std::process::Child {
-        &self.child
+        self.child.as_ref().expect("a process")
     }
 }
 
 impl std::ops::DerefMut for Floe {
     fn deref_mut(&mut self) -> &mut std::process::Child {
-        &mut self.child
+        self.child.as_mut().expect("a process")
     }
 }
 
@@ -193,7 +220,7 @@ pub(crate) fn spawn_run(
         .spawn()
         .unwrap();
     Floe {
-        child,
+        child: Some(child),
         log: log.to_path_buf(),
     }
 }
@@ -602,18 +629,11 @@ impl RedRecipe {
             exchange: &self.by_service,
             log: &self.log,
         };
-        wait_through_exchange(client, &job).await;
-        // The input is committed whole by now: the second exchange's ends are final too.
-        let by_trace = ExchangeJob {
-            exchange: &self.by_trace,
-            ..job
-        };
-        wait_through_exchange(client, &by_trace).await;
-        let facts = ExchangeJob {
-            exchange: &self.facts,
-            ..job
-        };
-        wait_through_exchange(client, &facts).await;
+        // In the order they are fed: once the input is committed whole, each next exchange's
+        // ends are final too.
+        for exchange in [&self.by_service, &self.by_trace, &self.facts] {
+            wait_through_exchange(client, &ExchangeJob { exchange, ..job }).await;
+        }
         terminate(self.floe);
     }
 }
@@ -826,8 +846,7 @@ print(one("SELECT count(*) FROM k"), one("SELECT count(*) FROM t"),
 "#,
         file = file.display()
     ));
-    let cells: Vec<u64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
-    cells.try_into().unwrap_or_else(|_| panic!("{out}"))
+    numbers(&out)
 }
 
 /// A Prometheus sink's series against its table (a metadata location), queried back through
@@ -873,11 +892,8 @@ print(len(rows), total, wrong)
         labels = list(labels),
         values = list(values),
     ));
-    let cells: Vec<i64> = out.split_whitespace().map(|c| c.parse().unwrap()).collect();
-    match cells[..] {
-        [rows, samples, wrong] => (rows, samples, wrong),
-        _ => panic!("{out}"),
-    }
+    let [rows, samples, wrong] = numbers::<i64, _>(&out);
+    (rows, samples, wrong)
 }
 
 /// The newest value of a Prometheus sink's progress marker for table `table_uuid` (-1: none).
