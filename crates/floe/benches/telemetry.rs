@@ -399,7 +399,7 @@ async fn main() {
         (&plain, "(a) OTLP job, spans landed, no operators"),
         (
             &recipe,
-            "(b) jobs/otlp-red.toml: RED, SLOs, regressions, service map",
+            "(b) jobs/otlp-red.toml: RED, SLOs, regressions, map, anomalies, alerts, sinks",
         ),
         (
             &exchanged,
