@@ -207,10 +207,11 @@ fn drive(op: &mut dyn Operator, batches: &[(StreamBatch, i64)], name: &str) -> R
     let mut next_checkpoint = T0 + CHECKPOINT;
     let (cpu, began) = (cpu_seconds(), Instant::now());
     for (batch, clock) in batches {
+        let barrier = *clock >= next_checkpoint;
         let mut ctx = Context::new(Some(&mut store), 0, &names);
         op.on_batch(batch, &mut ctx).unwrap();
         op.on_event_clock(0, *clock, &mut ctx).unwrap();
-        if *clock >= next_checkpoint {
+        if barrier {
             op.on_barrier(&mut ctx).unwrap();
         }
         let (emitted, dead) = ctx.finish();
@@ -219,7 +220,7 @@ fn drive(op: &mut dyn Operator, batches: &[(StreamBatch, i64)], name: &str) -> R
             .iter()
             .map(|(_, b)| b.batch.num_rows())
             .sum::<usize>();
-        if *clock >= next_checkpoint {
+        if barrier {
             let epoch = store.seal().unwrap();
             assert!(!store.changes(epoch).is_empty());
             store.release(epoch).unwrap();

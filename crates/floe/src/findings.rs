@@ -174,13 +174,14 @@ fn print_forecasts(batches: &[RecordBatch]) {
             let key = (text(b, "service_name", r), text(b, "measure", r));
             let threshold = float(b, "threshold", r).unwrap_or(f64::NAN);
             let observed = float(b, "observed", r).unwrap_or(f64::NAN);
+            let minutes_left = float(b, "minutes_left", r).unwrap_or(0.0);
             let line = format!(
                 "{} at {observed:.2}, rising {:.3}/min: {:.0} % forecast for {} ({:.0} min ahead)",
                 clock(end),
                 float(b, "trend_per_minute", r).unwrap_or(f64::NAN),
                 threshold * 100.0,
-                clock(end + (float(b, "minutes_left", r).unwrap_or(0.0) * 60e6) as i64),
-                float(b, "minutes_left", r).unwrap_or(0.0),
+                clock(end + (minutes_left * 60e6) as i64),
+                minutes_left,
             );
             let entry = series.entry(key).or_insert(((end, line.clone()), None));
             if end < entry.0.0 {
