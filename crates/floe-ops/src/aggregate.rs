@@ -17,6 +17,11 @@
 //! doubles are exact up to the order of floating-point additions. Null values are skipped
 //! (`count()` counts rows, `count(c)` non-null values).
 //!
+//! `quantile(c, q)` over a column of stored sketches (another window's `<name>_sketch`,
+//! detected by its type) merges them instead of adding values: rolling a rollup up again —
+//! per service from per-endpoint rows, per hour from per-minute rows — gives the same answer
+//! as one pass over the original values.
+//!
 //! `max_by` (Trino's and DuckDB's name) picks one row's string `c`, such as the trace id of
 //! the slowest request: rows whose `by` is null or NaN are skipped, and of rows with the same
 //! `by` the largest `c` wins, so the pick never depends on arrival order.
@@ -184,6 +189,8 @@ pub struct Bound {
     by: Option<usize>,
     numbers: Numbers,
     timezone: Option<Arc<str>>,
+    /// `quantile` over a column of stored sketches: they are merged.
+    sketches: bool,
 }
 
 impl Bound {
@@ -212,7 +219,9 @@ impl Bound {
                     ));
                 }
                 let n = numbers(field.data_type());
-                if needs_numbers && n.is_none() {
+                let merges = matches!(aggregate.kind, AggKind::Quantile(..))
+                    && quantile::is_sketch_type(field.data_type());
+                if needs_numbers && n.is_none() && !merges {
                     return Err(format!(
                         "{}: column {name} is {}, not a number or timestamp",
                         aggregate.name,
@@ -251,12 +260,15 @@ impl Bound {
                 Some(index)
             }
         };
+        let sketches = matches!(aggregate.kind, AggKind::Quantile(..))
+            && column.is_some_and(|i| quantile::is_sketch_type(schema.field(i).data_type()));
         Ok(Self {
             aggregate: aggregate.clone(),
             column,
             by,
             numbers,
             timezone,
+            sketches,
         })
     }
 
@@ -331,6 +343,16 @@ impl Bound {
             }
             Acc::Hll(h) => {
                 let _ = h.add_array(&array.slice(row, 1));
+            }
+            Acc::Quantile(q) if self.sketches => {
+                let stored = array
+                    .as_any()
+                    .downcast_ref::<arrow_array::ListArray>()
+                    .and_then(|list| quantile::from_list_array(list, row).ok().flatten());
+                // A sketch that does not read back is skipped like a null.
+                if let Some(stored) = stored {
+                    q.merge(&stored);
+                }
             }
             Acc::Quantile(q) => {
                 if let Some(v) = float_at(array, row) {
@@ -837,6 +859,58 @@ mod tests {
         assert!(Bound::new(&parse_aggregate("x", "sum(s)").unwrap(), &schema).is_err());
         assert!(Bound::new(&parse_aggregate("x", "max_by(d, f)").unwrap(), &schema).is_err());
         assert!(Bound::new(&parse_aggregate("x", "max_by(s, s)").unwrap(), &schema).is_err());
+    }
+
+    #[test]
+    fn a_quantile_of_stored_sketches_merges_them_like_one_pass() {
+        // Two "endpoints" of one service: their rows' sketches, as a first window writes them.
+        let durations: [&[f64]; 2] = [&[3.0, 8.0, 120.0, 9.5], &[1.0, 700.0, 42.0]];
+        let mut one_pass = QuantileSketch::new();
+        let parts: Vec<QuantileSketch> = durations
+            .iter()
+            .map(|values| {
+                let mut s = QuantileSketch::new();
+                for &v in *values {
+                    s.add(v).unwrap();
+                    one_pass.add(v).unwrap();
+                }
+                s
+            })
+            .collect();
+        let stored = quantile::to_list_array(parts.iter().map(Some).chain([None])).unwrap();
+        let schema = Schema::new(vec![Field::new(
+            "p99_sketch",
+            stored.data_type().clone(),
+            true,
+        )]);
+        let columns: Vec<ArrayRef> = vec![Arc::new(stored)];
+        let bound = Bound::new(
+            &parse_aggregate("p99", "quantile(p99_sketch, 0.99)").unwrap(),
+            &schema,
+        )
+        .unwrap();
+        let mut acc = bound.empty();
+        for row in 0..3 {
+            bound.add(&mut acc, &columns, row); // the null sketch adds nothing
+        }
+        assert_eq!(acc, Acc::Quantile(Box::new(one_pass.clone())));
+        let mut out = Columns::new(&bound);
+        out.push(&acc);
+        let arrays = out.finish();
+        assert_eq!(float_at(arrays[0].as_ref(), 0), one_pass.quantile(0.99));
+        // Any other list is not a sketch, and not a number.
+        let other = Schema::new(vec![Field::new(
+            "p99_sketch",
+            floe_sketch::hll::data_type(),
+            true,
+        )]);
+        assert!(
+            Bound::new(
+                &parse_aggregate("p99", "quantile(p99_sketch, 0.99)").unwrap(),
+                &other
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -14,7 +14,14 @@
 //! |---|---|
 //! | `count()`, `sum(c)`, `min(c)`, `max(c)`, `avg(c)`, `quantile(c, q)` | that aggregate of the minute's values |
 //! | `ratio(c)` | the share of the minute's rows whose `c` is non-zero (or true): an error rate |
+//! | `ratio(c, n)` | `sum(c) / sum(n)` over rows that count already (`errors`, `requests` of a rollup) |
 //! | `increase(c)` | how much a cumulative counter `c` grew since the series' previous minute, per minute |
+//!
+//! Over rows a window rolled up already (its final output, exchanged), `quantile(c, q)` of a
+//! sketch column (`p99_ns_sketch`) merges the sketches — the same answer as over the raw rows
+//! — and counts the values they hold; `ratio(errors, requests)` counts `requests`. So a
+//! service's latency and error rate can be judged from a per-endpoint rollup at the cost of
+//! its rows, not of every request.
 //!
 //! NaN and infinite values are skipped like nulls (they never reach a model). A minute with
 //! fewer than `min_count` values of a measure is not shown to the model. A counter that went
@@ -65,6 +72,8 @@ pub enum MeasureKind {
     Aggregate(AggKind),
     /// The share of rows whose column is non-zero.
     Ratio(String),
+    /// The sum of the first column over the sum of the second: a share of pre-counted rows.
+    RatioOf(String, String),
     /// A cumulative counter's growth per minute.
     Increase(String),
 }
@@ -74,8 +83,21 @@ impl MeasureKind {
     pub fn column(&self) -> Option<&str> {
         match self {
             Self::Aggregate(a) => a.column(),
-            Self::Ratio(c) | Self::Increase(c) => Some(c),
+            Self::Ratio(c) | Self::RatioOf(c, _) | Self::Increase(c) => Some(c),
         }
+    }
+
+    /// The column counting the rows a `ratio(c, n)` is a share of.
+    pub fn weight(&self) -> Option<&str> {
+        match self {
+            Self::RatioOf(_, n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// Whether the minute's value is a share of the values counted (a binomial proportion).
+    fn is_ratio(&self) -> bool {
+        matches!(self, Self::Ratio(_) | Self::RatioOf(..))
     }
 }
 
@@ -90,8 +112,8 @@ pub struct Measure {
     pub text: String,
 }
 
-/// Parses a measure: an aggregate ([`parse_aggregate`] but `count_distinct`), `ratio(c)` or
-/// `increase(c)`.
+/// Parses a measure: an aggregate ([`parse_aggregate`] but `count_distinct`), `ratio(c)`,
+/// `ratio(hits, of)` or `increase(c)`.
 pub fn parse_measure(name: &str, text: &str) -> Result<Measure, String> {
     let trimmed = text.trim();
     let single = |prefix: &str| {
@@ -102,8 +124,20 @@ pub fn parse_measure(name: &str, text: &str) -> Result<Measure, String> {
             .filter(|c| !c.is_empty() && c.chars().all(|ch| ch.is_alphanumeric() || ch == '_'))
             .map(str::to_string)
     };
-    let kind = if trimmed.starts_with("ratio(") {
-        MeasureKind::Ratio(single("ratio(").ok_or_else(|| format!("{text:?}: ratio(column)"))?)
+    let kind = if let Some(args) = trimmed.strip_prefix("ratio(") {
+        let named =
+            |c: &&str| !c.is_empty() && c.chars().all(|ch| ch.is_alphanumeric() || ch == '_');
+        let columns: Vec<&str> = args
+            .strip_suffix(')')
+            .map(|args| args.split(',').map(str::trim).collect())
+            .unwrap_or_default();
+        match columns.as_slice() {
+            [c] if named(c) => MeasureKind::Ratio(c.to_string()),
+            [hits, of] if named(hits) && named(of) => {
+                MeasureKind::RatioOf(hits.to_string(), of.to_string())
+            }
+            _ => return Err(format!("{text:?}: ratio(column) or ratio(hits, of)")),
+        }
     } else if trimmed.starts_with("increase(") {
         MeasureKind::Increase(
             single("increase(").ok_or_else(|| format!("{text:?}: increase(column)"))?,
@@ -116,8 +150,8 @@ pub fn parse_measure(name: &str, text: &str) -> Result<Measure, String> {
             } else {
                 format!(
                     "{text:?} is not a measure: count(), sum(col), min(col), max(col), avg(col), \
-                     quantile(col, 0.99), ratio(col) (the share of rows where col is non-zero) \
-                     or increase(col) (a cumulative counter's growth per minute)"
+                     quantile(col, 0.99), ratio(col) (the share of rows where col is non-zero), \
+                     ratio(hits, of) (sum(hits) / sum(of)) or increase(col) (a cumulative counter's growth per minute)"
                 )
             }
         })?;
@@ -468,9 +502,25 @@ fn key_strings(rows: &RecordBatch, name: &str) -> Result<arrow_array::StringArra
         .collect())
 }
 
+/// Row `row` of a minute's count column: a count, or a merged sketch's number of values.
+fn counted(column: &dyn Array, row: usize) -> u64 {
+    if let Some(list) = column.as_any().downcast_ref::<arrow_array::ListArray>() {
+        return floe_sketch::quantile::from_list_array(list, row)
+            .ok()
+            .flatten()
+            .map_or(0, |s| s.count());
+    }
+    integer_at(column, row).unwrap_or(0).max(0) as u64
+}
+
 /// The inner column holding measure `i`'s values.
 fn value_column(i: usize) -> String {
     format!("__m{i}")
+}
+
+/// The inner column holding the counts a `ratio(hits, of)` measure `i` is a share of.
+fn weight_column(i: usize) -> String {
+    format!("__m{i}_of")
 }
 
 /// An `anomaly` or `forecast` operator.
@@ -518,6 +568,7 @@ impl SeriesOperator {
             .iter()
             .map(String::as_str)
             .chain(spec.measures.iter().filter_map(|m| m.kind.column()))
+            .chain(spec.measures.iter().filter_map(|m| m.kind.weight()))
         {
             if arrow.field_with_name(column).is_err() {
                 return Err(format!("stream {} has no column {column}", input.name));
@@ -540,15 +591,27 @@ impl SeriesOperator {
                 .expect("checked")
                 .data_type()
                 .clone();
+            let sketches = matches!(m.kind, MeasureKind::Aggregate(AggKind::Quantile(..)))
+                && floe_sketch::quantile::is_sketch_type(&ty);
             let numeric = match m.kind {
                 MeasureKind::Ratio(_) => ty.is_integer() || ty == DataType::Boolean,
-                _ => ty.is_numeric(),
+                MeasureKind::RatioOf(..) => ty.is_integer(),
+                _ => ty.is_numeric() || sketches,
             };
             if !numeric {
                 return Err(format!(
                     "measure {}: column {source} is {ty}, not a number",
                     m.name
                 ));
+            }
+            if let Some(weight) = m.kind.weight() {
+                let ty = arrow.field_with_name(weight).expect("checked").data_type();
+                if !ty.is_integer() {
+                    return Err(format!(
+                        "measure {}: column {weight} is {ty}, not an integer count",
+                        m.name
+                    ));
+                }
             }
             let column = value_column(i);
             match &m.kind {
@@ -565,11 +628,24 @@ impl SeriesOperator {
                         }
                     };
                     aggregates.push(agg(format!("m{i}"), kind));
+                    if sketches {
+                        // Merged as they come; the merged sketch counts its values.
+                        inner.push(Field::new(&column, ty, true));
+                        continue;
+                    }
                     inner.push(Field::new(&column, DataType::Float64, true));
                 }
                 MeasureKind::Ratio(_) => {
                     aggregates.push(agg(format!("m{i}_hits"), AggKind::Sum(column.clone())));
                     inner.push(Field::new(&column, DataType::Int64, true));
+                }
+                MeasureKind::RatioOf(..) => {
+                    let of = weight_column(i);
+                    aggregates.push(agg(format!("m{i}_hits"), AggKind::Sum(column.clone())));
+                    aggregates.push(agg(format!("m{i}_n"), AggKind::Sum(of.clone())));
+                    inner.push(Field::new(&column, DataType::Int64, true));
+                    inner.push(Field::new(&of, DataType::Int64, true));
+                    continue;
                 }
                 MeasureKind::Increase(_) => {
                     aggregates.push(agg(format!("m{i}_max"), AggKind::Max(column.clone())));
@@ -676,14 +752,36 @@ impl SeriesOperator {
                 .column_by_name(column)
                 .ok_or_else(|| self.invalid(format!("no column {column}")))?;
             let source = pick(source)?;
+            let integers = |source: ArrayRef| -> OpResult<ArrayRef> {
+                crate::minutes::integers_of(
+                    &RecordBatch::try_from_iter([("c", source)])
+                        .map_err(|e| self.invalid(e.to_string()))?,
+                    "c",
+                )
+                .map_err(|e| self.invalid(e))
+            };
             let values: ArrayRef = match m.kind {
+                MeasureKind::Aggregate(AggKind::Quantile(..))
+                    if floe_sketch::quantile::is_sketch_type(source.data_type()) =>
+                {
+                    source
+                }
+                MeasureKind::RatioOf(_, ref of) => {
+                    let counts = rows
+                        .column_by_name(of)
+                        .ok_or_else(|| self.invalid(format!("no column {of}")))?;
+                    columns.push((
+                        Field::new(value_column(i), DataType::Int64, true),
+                        integers(source)?,
+                    ));
+                    columns.push((
+                        Field::new(weight_column(i), DataType::Int64, true),
+                        integers(pick(counts)?)?,
+                    ));
+                    continue;
+                }
                 MeasureKind::Ratio(_) => {
-                    let ints = crate::minutes::integers_of(
-                        &RecordBatch::try_from_iter([("c", source)])
-                            .map_err(|e| self.invalid(e.to_string()))?,
-                        "c",
-                    )
-                    .map_err(|e| self.invalid(e))?;
+                    let ints = integers(source)?;
                     Arc::new(
                         (0..ints.len())
                             .map(|r| integer_at(ints.as_ref(), r).map(|v| i64::from(v != 0)))
@@ -730,7 +828,8 @@ impl SeriesOperator {
                             .or_else(|| column(format!("m{i}_hits")))
                             .or_else(|| column(format!("m{i}_max"))),
                         column(format!("m{i}_min")),
-                        column(format!("m{i}_n")),
+                        // A merged sketch counts its own values.
+                        column(format!("m{i}_n")).or_else(|| column(format!("m{i}_sketch"))),
                     ]
                 })
                 .collect();
@@ -747,11 +846,7 @@ impl SeriesOperator {
                         MinuteValues {
                             value: at(value),
                             min: at(min),
-                            count: n
-                                .as_ref()
-                                .and_then(|a| integer_at(a.as_ref(), r))
-                                .unwrap_or(0)
-                                .max(0) as u64,
+                            count: n.as_ref().map_or(0, |a| counted(a.as_ref(), r)),
                         }
                     })
                     .collect();
@@ -838,7 +933,9 @@ impl SeriesOperator {
         for ((m, values), state) in self.spec.measures.iter().zip(measured).zip(&mut s.measures) {
             let observed = match m.kind {
                 MeasureKind::Aggregate(AggKind::Count) => Some(values.count as f64),
-                MeasureKind::Ratio(_) => values.value.map(|hits| hits / values.count.max(1) as f64),
+                MeasureKind::Ratio(_) | MeasureKind::RatioOf(..) => {
+                    values.value.map(|hits| hits / values.count.max(1) as f64)
+                }
                 MeasureKind::Increase(_) => {
                     let (Some(max), Some(min)) = (values.value, values.min) else {
                         continue;
@@ -871,7 +968,7 @@ impl SeriesOperator {
                 gap,
                 value,
                 count: values.count,
-                ratio: matches!(m.kind, MeasureKind::Ratio(_)),
+                ratio: m.kind.is_ratio(),
             };
             if let Some((cells, flag)) = self.spec.model.observe(&mut state.model, &at) {
                 every.push(minute, key, &m.name, value, &cells, values.count);
@@ -1316,6 +1413,130 @@ mod tests {
             );
             assert_eq!(again[1].len(), out[1].len(), "late rows, {size} {restart}");
         }
+    }
+
+    /// `rows` rolled up per (minute, service, endpoint) as a window's final output holds them
+    /// — `requests`, `errors`, the latency sketch `value_sketch` — three endpoints per
+    /// service, read back from an exchange by service: the batches of each minute, in order,
+    /// with the exchange's row clocks, and the producer's frontier after each.
+    fn rollup(rows: &[Row]) -> (StreamSpec, Vec<(RecordBatch, i64)>) {
+        use floe_sketch::QuantileSketch;
+        let mut per: BTreeMap<(i64, &str, usize), (i64, i64, QuantileSketch)> = BTreeMap::new();
+        for (i, r) in rows.iter().enumerate() {
+            let cell = per
+                .entry((r.0.div_euclid(MINUTE), r.1, i % 3))
+                .or_insert_with(|| (0, 0, QuantileSketch::new()));
+            cell.0 += 1;
+            cell.1 += i64::from(r.2);
+            cell.2.add(r.3).unwrap();
+        }
+        let sketch_type = floe_sketch::quantile::data_type();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("window_start", timestamp(), false),
+            Field::new("service_name", DataType::Utf8, false),
+            Field::new("span_name", DataType::Utf8, false),
+            Field::new("requests", DataType::Int64, false),
+            Field::new("errors", DataType::Int64, false),
+            Field::new("value_sketch", sketch_type, true),
+        ]));
+        let spec = StreamSpec {
+            time_column: Some("window_start".into()),
+            properties: input().properties,
+            ..StreamSpec::append("red", "red", iceberg_schema(&schema, &[]).unwrap())
+        };
+        let mut with_clock: Vec<Field> = schema.fields().iter().map(|f| (**f).clone()).collect();
+        with_clock.push(Field::new(SOURCE_CLOCK_COLUMN, DataType::Int64, true));
+        let with_clock = Arc::new(Schema::new(with_clock));
+        let minutes: std::collections::BTreeSet<i64> = per.keys().map(|k| k.0).collect();
+        let mut clock: Option<i64> = None;
+        let mut batches = Vec::new();
+        for minute in minutes {
+            let cells: Vec<_> = per.range((minute, "", 0)..(minute + 1, "", 0)).collect();
+            let start = minute * MINUTE;
+            let n = cells.len();
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(TimestampMicrosecondArray::from(vec![start; n]).with_timezone("+00:00")),
+                Arc::new(StringArray::from_iter_values(
+                    cells.iter().map(|(k, _)| k.1),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    cells.iter().map(|(k, _)| format!("endpoint-{}", k.2)),
+                )),
+                Arc::new(Int64Array::from_iter_values(cells.iter().map(|(_, v)| v.0))),
+                Arc::new(Int64Array::from_iter_values(cells.iter().map(|(_, v)| v.1))),
+                Arc::new(
+                    floe_sketch::quantile::to_list_array(cells.iter().map(|(_, v)| &v.2)).unwrap(),
+                ),
+                Arc::new(Int64Array::from(
+                    (0..n).map(|_| clock.replace(start)).collect::<Vec<_>>(),
+                )),
+            ];
+            let batch = RecordBatch::try_new(with_clock.clone(), columns).unwrap();
+            batches.push((batch, start + MINUTE));
+        }
+        (spec, batches)
+    }
+
+    #[test]
+    fn a_rollup_s_sketches_and_counts_score_like_the_requests_they_hold() {
+        let rows = requests(130);
+        let raw = run(&service_spec(), &rows, 700, false);
+        let (input, batches) = rollup(&rows);
+        let mut spec = spec(
+            &[
+                ("latency_p99", "quantile(value_sketch, 0.99)"),
+                ("error_rate", "ratio(errors, requests)"),
+            ],
+            AnomalySettings {
+                min_count: 20,
+                direction: Direction::Up,
+                ..DEFAULTS
+            },
+        );
+        (
+            spec.time_column,
+            spec.out_of_orderness,
+            spec.allowed_lateness,
+        ) = ("window_start".into(), 0, 0);
+        let dir = std::env::temp_dir().join(format!("floe-anomaly-rollup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut store = StateStore::open(&dir, 8 << 20).unwrap();
+        let names = |p: u32| format!("x/{p}");
+        let mut op = SeriesOperator::new(spec, &input).unwrap();
+        let mut out = [Vec::new(), Vec::new(), Vec::new()];
+        for (batch, frontier) in batches {
+            let mut ctx = Context::new(Some(&mut store), 0, &names);
+            op.on_batch(&StreamBatch::single(0, batch, 0), &mut ctx)
+                .unwrap();
+            op.on_event_clock(0, frontier, &mut ctx).unwrap();
+            let (emitted, dead) = ctx.finish();
+            assert!(dead.is_empty());
+            scores(emitted, &mut out);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        // Every minute is judged, none late, and the scores are the requests' own.
+        assert!(raw[1].is_empty() && out[1].is_empty());
+        assert!(out[2].len() > 150, "{} scores", out[2].len());
+        let sorted = |rows: &[Score]| {
+            let mut rows = rows.to_vec();
+            rows.sort();
+            rows
+        };
+        assert_eq!(sorted(&out[2]), sorted(&raw[2]));
+        assert_eq!(sorted(&out[0]), sorted(&raw[0]));
+        assert_eq!(
+            parse_measure("e", "ratio( errors ,requests)").unwrap().kind,
+            MeasureKind::RatioOf("errors".into(), "requests".into())
+        );
+        for text in ["ratio(a, b, c)", "ratio(a,)", "ratio(a b)", "ratio(a, b"] {
+            assert!(parse_measure("e", text).is_err(), "{text}");
+        }
+        // A count that is not an integer is refused with the column named.
+        let bad = parse_measure("e", "ratio(errors, value_sketch)").unwrap();
+        let mut spec = service_spec();
+        (spec.time_column, spec.measures) = ("window_start".into(), vec![bad]);
+        let e = SeriesOperator::new(spec, &input).unwrap_err();
+        assert!(e.contains("value_sketch"), "{e}");
     }
 
     /// One gauge value a minute per service: (minute, value) → rows.

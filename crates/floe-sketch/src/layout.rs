@@ -32,6 +32,27 @@ pub(crate) fn pair_list_type<T: ArrowPrimitiveType>(key_name: &str, value_name: 
     )))
 }
 
+/// Whether `ty` has the stored layout `List<Struct<key_name: Int32, value_name: T>>`,
+/// whatever the list item's name, nullability and metadata (a round trip through Iceberg or
+/// Arrow IPC may change those).
+pub(crate) fn is_pair_list<T: ArrowPrimitiveType>(
+    ty: &DataType,
+    key_name: &str,
+    value_name: &str,
+) -> bool {
+    let DataType::List(item) = ty else {
+        return false;
+    };
+    let DataType::Struct(fields) = item.data_type() else {
+        return false;
+    };
+    fields.len() == 2
+        && fields[0].name() == key_name
+        && fields[0].data_type() == &DataType::Int32
+        && fields[1].name() == value_name
+        && fields[1].data_type() == &T::DATA_TYPE
+}
+
 /// Accumulates rows of (key, value) pairs and builds the list array.
 pub(crate) struct PairListBuilder<T: ArrowPrimitiveType> {
     fields: Fields,

@@ -64,7 +64,7 @@ use arrow_array::{Array, ArrowPrimitiveType, ListArray};
 use arrow_schema::DataType;
 
 use crate::SketchError;
-use crate::layout::{PairListBuilder, pair_list_type, read_pairs};
+use crate::layout::{PairListBuilder, is_pair_list, pair_list_type, read_pairs};
 
 /// Relative accuracy `alpha`.
 pub const RELATIVE_ACCURACY: f64 = 0.01;
@@ -337,6 +337,12 @@ pub fn data_type() -> DataType {
     pair_list_type::<Int64Type>(KEY_FIELD, COUNT_FIELD)
 }
 
+/// Whether a column of type `ty` holds stored sketches ([`data_type`], as a window's
+/// `<name>_sketch` column is written and read back).
+pub fn is_sketch_type(ty: &DataType) -> bool {
+    is_pair_list::<Int64Type>(ty, KEY_FIELD, COUNT_FIELD)
+}
+
 /// Builds the stored column from sketches; `None` becomes a null list entry.
 ///
 /// Each sketch becomes its non-empty buckets sorted by `k`. Accepts anything that iterates
@@ -589,5 +595,18 @@ mod tests {
             from_list_array(&hll, 0),
             Err(SketchError::InvalidSchema(_))
         ));
+        // The layout is recognised whatever the list item is called; nothing else is.
+        assert!(is_sketch_type(&data_type()));
+        let DataType::List(item) = data_type() else {
+            unreachable!()
+        };
+        let renamed = DataType::List(std::sync::Arc::new(arrow_schema::Field::new(
+            "item",
+            item.data_type().clone(),
+            true,
+        )));
+        assert!(is_sketch_type(&renamed));
+        assert!(!is_sketch_type(hll.data_type()));
+        assert!(!is_sketch_type(&DataType::Float64));
     }
 }

@@ -211,8 +211,8 @@ struct Bench {
 
 impl Bench {
     /// Runs job `name` (the spans job with `extra`) until it committed the input and the end of
-    /// each of `exchanges` (set in its environment as `FLOE_EXCHANGE_TOPIC` and
-    /// `FLOE_EDGES_TOPIC`), then stops it.
+    /// each of `exchanges` (set in its environment as the topics' variables, in the order
+    /// they are fed), then stops it.
     async fn run(&self, name: &str, extra: &str, exchanges: &[(&str, String)]) -> Run {
         let job = spans_job_file(
             &self.dir,
@@ -341,6 +341,7 @@ async fn main() {
                     &recipe_text,
                     &[
                         ("FLOE_EXCHANGE_TOPIC", exchange("recipe_service")),
+                        ("FLOE_ROLLUP_TOPIC", exchange("recipe_rollup")),
                         ("FLOE_EDGES_TOPIC", exchange("recipe_trace")),
                         ("FLOE_FACTS_TOPIC", exchange("recipe_facts")),
                     ],

@@ -540,12 +540,14 @@ pub(crate) async fn wait_committed(
 }
 
 /// The shipped RED recipe (`jobs/otlp-red.toml`) running in `dir`: `floe run` on spans topic
-/// `topic` with 1 s checkpoints, exchange topics of its own (`{topic}-x`, `{topic}-t`,
-/// `{topic}-f`), its tables in `namespace` of the catalog at `catalog`.
+/// `topic` with 1 s checkpoints, exchange topics of its own (`{topic}-x`, `{topic}-r`,
+/// `{topic}-t`, `{topic}-f`), its tables in `namespace` of the catalog at `catalog`.
 pub(crate) struct RedRecipe {
     pub floe: Floe,
     pub log: PathBuf,
     pub by_service: String,
+    /// The exchange of `red_1m`'s final rows by service.
+    pub rollups: String,
     pub by_trace: String,
     pub facts: String,
     /// The alerts sink's topic.
@@ -579,7 +581,7 @@ impl RedRecipe {
         std::fs::write(&job, text).unwrap();
         let log = dir.join("floe.log");
         let (by_service, by_trace) = (format!("{topic}-x"), format!("{topic}-t"));
-        let facts = format!("{topic}-f");
+        let (rollups, facts) = (format!("{topic}-r"), format!("{topic}-f"));
         let alerts = format!("{topic}-a");
         let state = dir.join("state");
         let floe = spawn_floe_with(
@@ -588,6 +590,7 @@ impl RedRecipe {
             &[
                 ("KAFKA_BROKERS", brokers),
                 ("FLOE_EXCHANGE_TOPIC", &by_service),
+                ("FLOE_ROLLUP_TOPIC", &rollups),
                 ("FLOE_EDGES_TOPIC", &by_trace),
                 ("FLOE_FACTS_TOPIC", &facts),
                 ("FLOE_ALERTS_TOPIC", &alerts),
@@ -604,6 +607,7 @@ impl RedRecipe {
             floe,
             log,
             by_service,
+            rollups,
             by_trace,
             facts,
             alerts,
@@ -631,7 +635,7 @@ impl RedRecipe {
         };
         // In the order they are fed: once the input is committed whole, each next exchange's
         // ends are final too.
-        for exchange in [&self.by_service, &self.by_trace, &self.facts] {
+        for exchange in [&self.by_service, &self.rollups, &self.by_trace, &self.facts] {
             wait_through_exchange(client, &ExchangeJob { exchange, ..job }).await;
         }
         terminate(self.floe);
