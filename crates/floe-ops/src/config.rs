@@ -109,6 +109,8 @@ use crate::anomaly::{AnomalySettings, Direction};
 use crate::edges::{Edges, EdgesSpec};
 use crate::forecast::{Crossing, ForecastSettings};
 use crate::regression::{DEFAULTS, Regression, RegressionSpec};
+use crate::sampling::config::{self as sampling_config, RawPolicy};
+use crate::sampling::operator::{SamplingSpec, TailSampling};
 use crate::series::{Model, SeriesOperator, SeriesSpec, parse_measure};
 use crate::slo::{Objective, Sli, Slo, SloSpec};
 use crate::sql::Sql;
@@ -216,6 +218,25 @@ pub struct RawOperator {
     pub rules: Option<Vec<Spanned<RawRule>>>,
     /// `alerts`: lifecycle and root-cause settings.
     pub alerts: Option<Spanned<RawAlerts>>,
+    /// `tail_sampling`: when traces are decided.
+    pub sampling: Option<Spanned<RawSampling>>,
+    /// `tail_sampling`: what keeps a trace, in order (`[[operators.policies]]`).
+    pub policies: Option<Vec<Spanned<RawPolicy>>>,
+    /// `tail_sampling`: the stream of decisions (default `<output>_decisions`).
+    pub decisions_output: Option<Text>,
+}
+
+/// `[[operators]] sampling = {…}` of a `tail_sampling` operator, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSampling {
+    /// How long a trace stays open after its last span's end (default `30s`).
+    pub decision_wait: Option<Text>,
+    /// Once the root span came, how long after its end the trace is decided, if sooner
+    /// (default: no such shortcut).
+    pub root_grace: Option<Text>,
+    /// How long a decision is kept for later spans (default `5m`).
+    pub decision_ttl: Option<Text>,
 }
 
 /// `[[operators]] rules = [{…}]` of an `alerts` operator, as written.
@@ -395,6 +416,8 @@ pub enum OperatorKind {
     Edges(EdgesSpec),
     /// `anomaly` and `forecast`.
     Series(SeriesSpec),
+    /// `tail_sampling`.
+    TailSampling(SamplingSpec),
     /// `alerts`.
     Alerts(AlertsSpec),
     /// `union`.
@@ -451,6 +474,7 @@ impl OperatorConfig {
                 | OperatorKind::Edges(_)
                 | OperatorKind::Series(_)
                 | OperatorKind::Alerts(_)
+                | OperatorKind::TailSampling(_)
         )
     }
 
@@ -463,6 +487,7 @@ impl OperatorConfig {
             OperatorKind::Edges(spec) => Some(spec.fingerprint()),
             OperatorKind::Series(spec) => Some(spec.fingerprint()),
             OperatorKind::Alerts(spec) => Some(spec.fingerprint()),
+            OperatorKind::TailSampling(spec) => Some(spec.fingerprint()),
             OperatorKind::Sql { .. } | OperatorKind::Exchange(_) | OperatorKind::Union => None,
         }
     }
@@ -492,6 +517,7 @@ impl OperatorConfig {
             OperatorKind::Edges(spec) => Box::new(Edges::new(spec.clone(), input)?),
             OperatorKind::Series(spec) => Box::new(SeriesOperator::new(spec.clone(), input)?),
             OperatorKind::Alerts(spec) => Box::new(Alerts::new(spec.clone(), input)?),
+            OperatorKind::TailSampling(spec) => Box::new(TailSampling::new(spec.clone(), input)?),
             OperatorKind::Exchange(_) => {
                 return Err("an exchange is the reader's, not an operator of the pipeline".into());
             }
@@ -558,6 +584,18 @@ impl OperatorConfig {
             ),
             OperatorKind::Series(a) => a.describe(),
             OperatorKind::Alerts(a) => a.describe(),
+            OperatorKind::TailSampling(t) => format!(
+                "tail sampling on {}: decided {} after a trace's last span ends{}, decisions kept \
+                 {} (out of order {}); policies {}",
+                t.time_column,
+                micros_text(t.decision_wait),
+                t.root_grace
+                    .map(|g| format!(" or {} after its root's", micros_text(g)))
+                    .unwrap_or_default(),
+                micros_text(t.decision_ttl),
+                micros_text(t.out_of_orderness),
+                t.policies.text
+            ),
             OperatorKind::Union => format!("union of {}", self.inputs.join(", ")),
             OperatorKind::Window(w) => {
                 let shape = match w.kind {
@@ -742,6 +780,11 @@ pub fn check_pipeline(
         if kind_name != "alerts" {
             not_for(c, "rules", raw.rules.is_some());
             not_for(c, "alerts", raw.alerts.is_some());
+        }
+        if kind_name != "tail_sampling" {
+            not_for(c, "sampling", raw.sampling.is_some());
+            not_for(c, "policies", raw.policies.is_some());
+            not_for(c, "decisions_output", raw.decisions_output.is_some());
         }
         if kind_name != "exchange" {
             not_for(c, "partitions", raw.partitions.is_some());
@@ -972,12 +1015,60 @@ pub fn check_pipeline(
                         .unwrap_or_else(|| format!("{output}_late")),
                 })
             }
+            "tail_sampling" => {
+                for (field, present) in [
+                    ("where", raw.predicate.is_some()),
+                    ("columns", raw.columns.is_some()),
+                    ("window", raw.window.is_some()),
+                    ("key", raw.key.is_some()),
+                    ("aggregates", !raw.aggregates.is_empty()),
+                    ("allowed_lateness", raw.allowed_lateness.is_some()),
+                ] {
+                    not_for(c, field, present);
+                }
+                let empty = RawSampling::default();
+                let s = raw.sampling.as_ref().map_or(&empty, |s| s.get_ref());
+                let micros = |d: Duration| d.as_micros() as i64;
+                let decision_wait =
+                    micros(c.duration(s.decision_wait.as_ref(), Duration::from_secs(30)));
+                let root_grace = s
+                    .root_grace
+                    .as_ref()
+                    .map(|g| micros(c.duration_or_zero(Some(g), Duration::ZERO)));
+                let decision_ttl =
+                    micros(c.duration(s.decision_ttl.as_ref(), Duration::from_secs(300)));
+                let Some(policies) = sampling_config::check(
+                    c,
+                    raw.policies.as_deref().unwrap_or_default(),
+                    kind_value,
+                ) else {
+                    continue;
+                };
+                OperatorKind::TailSampling(SamplingSpec {
+                    id: id.clone(),
+                    // Resolved against the input stream by `resolve_time`.
+                    time_column: c.opt(raw.time_column.as_ref()).unwrap_or_default(),
+                    out_of_orderness: 0,
+                    decision_wait,
+                    root_grace,
+                    decision_ttl,
+                    policies,
+                    output: output.clone(),
+                    decisions_output: c
+                        .opt(raw.decisions_output.as_ref())
+                        .unwrap_or_else(|| format!("{output}_decisions")),
+                    late_output: c
+                        .opt(raw.late_output.as_ref())
+                        .unwrap_or_else(|| format!("{output}_late")),
+                })
+            }
             other => {
                 c.at(
                     kind_value,
                     format!(
                         "there is no operator kind {other:?}; use filter, select, window, \
-                         exchange, slo, regression, edges, anomaly, forecast, union or alerts"
+                         exchange, slo, regression, edges, anomaly, forecast, union, alerts or \
+                         tail_sampling"
                     ),
                 );
                 continue;
@@ -996,6 +1087,10 @@ pub fn check_pipeline(
             OperatorKind::Series(spec) => {
                 outputs.push(spec.late_output.clone());
                 outputs.push(spec.scores_output.clone());
+            }
+            OperatorKind::TailSampling(spec) => {
+                outputs.push(spec.late_output.clone());
+                outputs.push(spec.decisions_output.clone());
             }
             _ => {}
         }
@@ -1973,12 +2068,14 @@ pub fn resolve_time(pipeline: &mut Pipeline, source: &[StreamSpec]) -> Vec<(Stri
                 OperatorKind::Regression(spec) => spec.late_output == name,
                 OperatorKind::Series(spec) => spec.late_output == name,
                 OperatorKind::Alerts(spec) => spec.late_output == name,
+                // The kept spans are the input's rows too.
+                OperatorKind::TailSampling(spec) => spec.decisions_output != name,
                 _ => false,
             };
             let derived = match &producer.kind {
                 OperatorKind::Sql { .. } | OperatorKind::Exchange(_) | OperatorKind::Union => None,
                 _ if late => None,
-                OperatorKind::Regression(_) => Some("decided_at"),
+                OperatorKind::Regression(_) | OperatorKind::TailSampling(_) => Some("decided_at"),
                 _ => Some("window_start"),
             };
             if let Some(column) = derived {
@@ -2010,6 +2107,7 @@ pub fn resolve_time(pipeline: &mut Pipeline, source: &[StreamSpec]) -> Vec<(Stri
             OperatorKind::Edges(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             OperatorKind::Series(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             OperatorKind::Alerts(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
+            OperatorKind::TailSampling(spec) => (&mut spec.time_column, &mut spec.out_of_orderness),
             _ => continue,
         };
         *ooo = time.out_of_orderness.as_micros() as i64;

@@ -37,6 +37,7 @@ pub mod edges;
 pub mod forecast;
 mod minutes;
 pub mod regression;
+pub mod sampling;
 pub mod series;
 pub mod slo;
 pub mod sql;
@@ -247,6 +248,8 @@ pub struct OperatorStats {
     pub late_rows: u64,
     /// Timers waiting to fire.
     pub timers: u64,
+    /// Tail sampling: traces seen on a second partition of this process since its start.
+    pub split_traces: Option<u64>,
 }
 
 /// A step of a job's pipeline.

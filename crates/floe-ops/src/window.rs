@@ -1393,6 +1393,7 @@ impl Operator for Window {
                 .values()
                 .map(|part| part.ends.len() as u64 + part.sessions)
                 .sum(),
+            split_traces: None,
         }
     }
 }

@@ -44,6 +44,8 @@ pub struct JobMetrics {
     pub late_rows: IntGaugeVec,
     /// Timers waiting per operator.
     pub timers: IntGaugeVec,
+    /// Traces whose spans came on two partitions (tail sampling), since the start.
+    pub split_traces: IntGaugeVec,
     /// Keys in the local state store (RocksDB's estimate).
     pub state_keys: IntGauge,
     /// Bytes of the local state store (RocksDB's estimate).
@@ -169,6 +171,15 @@ impl JobMetrics {
                 &["operator"],
             )
             .expect("valid metric"),
+            split_traces: IntGaugeVec::new(
+                Opts::new(
+                    "floe_sampling_split_traces",
+                    "Traces whose spans came on more than one partition of this process since \
+                     its start, per tail-sampling operator (each part is decided alone)",
+                ),
+                &["operator"],
+            )
+            .expect("valid metric"),
             timers: IntGaugeVec::new(
                 Opts::new(
                     "floe_timers_pending",
@@ -222,6 +233,7 @@ impl JobMetrics {
             Box::new(m.open_windows.clone()),
             Box::new(m.late_rows.clone()),
             Box::new(m.timers.clone()),
+            Box::new(m.split_traces.clone()),
             Box::new(m.state_keys.clone()),
             Box::new(m.state_bytes.clone()),
             Box::new(m.state_checkpoint_bytes.clone()),

@@ -86,7 +86,9 @@ fn final_producers(configs: &[OperatorConfig], stream: &str) -> Option<Vec<usize
         OperatorKind::Edges(e) => is(&e.final_output),
         OperatorKind::Window(w) => w.final_output.as_deref().is_some_and(is),
         OperatorKind::Alerts(a) => is(&a.output),
-        OperatorKind::Sql { .. } | OperatorKind::Exchange(_) => false,
+        OperatorKind::Sql { .. } | OperatorKind::Exchange(_) | OperatorKind::TailSampling(_) => {
+            false
+        }
     };
     final_output.then(|| vec![i])
 }
@@ -336,7 +338,8 @@ impl Pipeline {
                 | OperatorKind::Regression(_)
                 | OperatorKind::Edges(_)
                 | OperatorKind::Series(_)
-                | OperatorKind::Alerts(_) => {}
+                | OperatorKind::Alerts(_)
+                | OperatorKind::TailSampling(_) => {}
             }
             let Some(op) = self.operators[i].as_mut() else {
                 continue;

@@ -1051,6 +1051,9 @@ impl<R: Reader> Job<R> {
                 .with_label_values(&[&id])
                 .set(stats.late_rows as i64);
             m.timers.with_label_values(&[&id]).set(stats.timers as i64);
+            if let Some(split) = stats.split_traces {
+                m.split_traces.with_label_values(&[&id]).set(split as i64);
+            }
         }
         if let Some((keys, bytes)) = self.status.state_size {
             self.metrics.state_keys.set(keys as i64);

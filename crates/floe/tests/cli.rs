@@ -29,6 +29,7 @@ fn example_jobs_validate() {
         jobs.join("debezium.toml").to_str().unwrap(),
         jobs.join("otlp-rollups.toml").to_str().unwrap(),
         jobs.join("otlp-red.toml").to_str().unwrap(),
+        jobs.join("otlp-tail-sampling.toml").to_str().unwrap(),
     ]);
     assert!(
         out.status.success(),
