@@ -18,16 +18,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use floe_otlp::Signal;
-use floe_otlp::generate::{Deploy, Generator, Record};
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, TracesData};
-use prost::Message;
-use rand::Rng;
+use floe_otlp::generate::{Deploy, Generator};
 
 mod support;
-use support::otelcol::Collector;
+use support::otelcol::{CLOCK_SERVICE, Collector, clock_spans};
 use support::{
     OtlpKafkaJob, RedRecipe, python, service, spawn_floe, start_catalog, temp_dir, terminate,
 };
@@ -37,49 +31,6 @@ const EXPORTS: usize = 300;
 const REQUESTS: usize = 4;
 /// 2025-10-09T08:53:20Z.
 const START_NS: u64 = 1_760_000_000_000_000_000;
-/// The service whose late spans close the shop's minutes.
-const CLOCK_SERVICE: &str = "floe-clock";
-
-/// `count` root SERVER spans of [`CLOCK_SERVICE`] at `at_ns`, each its own trace (so that
-/// `partition_traces_by_id` spreads them over every partition).
-fn clock_spans(at_ns: u64, count: usize) -> Record {
-    let mut rng = rand::rng();
-    let spans = (0..count)
-        .map(|_| Span {
-            trace_id: rng.random::<[u8; 16]>().to_vec(),
-            span_id: rng.random::<[u8; 8]>().to_vec(),
-            name: "tick".into(),
-            kind: 2,
-            start_time_unix_nano: at_ns,
-            end_time_unix_nano: at_ns + 1_000_000,
-            ..Default::default()
-        })
-        .collect();
-    let data = TracesData {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![KeyValue {
-                    key: "service.name".into(),
-                    value: Some(AnyValue {
-                        value: Some(any_value::Value::StringValue(CLOCK_SERVICE.into())),
-                    }),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    };
-    Record {
-        signal: Signal::Traces,
-        bytes: data.encode_to_vec(),
-        items: count,
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]

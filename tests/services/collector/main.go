@@ -1,7 +1,8 @@
 // Command floe-otelcol is the OpenTelemetry Collector distribution Floe's tests run as the
 // producer in front of Kafka: the OTLP receiver (gRPC and HTTP), the batch processor and the
-// contrib Kafka exporter — the path users run — and the contrib span metrics connector, the
-// Collector's RED, which tests measure Floe's against; built from the Go module proxy at one
+// contrib Kafka exporter — the path users run — and the contrib span metrics connector and
+// tail sampling processor, the Collector's RED and sampling, which tests measure Floe's
+// against; built from the Go module proxy at one
 // release (see go.mod) the way the Collector builder (ocb) lays out a distribution.
 package main
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/connector/spanmetricsconnector"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/kafkaexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/tailsamplingprocessor"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/connector"
 	"go.opentelemetry.io/collector/confmap"
@@ -31,7 +33,10 @@ func components() (otelcol.Factories, error) {
 	if factories.Receivers, err = otelcol.MakeFactoryMap[receiver.Factory](otlpreceiver.NewFactory()); err != nil {
 		return factories, err
 	}
-	if factories.Processors, err = otelcol.MakeFactoryMap[processor.Factory](batchprocessor.NewFactory()); err != nil {
+	if factories.Processors, err = otelcol.MakeFactoryMap[processor.Factory](
+		batchprocessor.NewFactory(),
+		tailsamplingprocessor.NewFactory(),
+	); err != nil {
 		return factories, err
 	}
 	if factories.Exporters, err = otelcol.MakeFactoryMap[exporter.Factory](

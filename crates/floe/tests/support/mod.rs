@@ -761,8 +761,32 @@ pub(crate) struct Mirrored {
 
 /// Every committed record of sink topic `topic`, in each partition's order.
 pub(crate) fn mirrored(brokers: &str, topic: &str) -> Vec<Mirrored> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::message::{Headers, Message};
+    read_topic(brokers, topic)
+        .into_iter()
+        .map(|m| {
+            let header = |name: &str| {
+                m.headers()
+                    .and_then(|h| h.iter().find(|h| h.key == name))
+                    .and_then(|h| h.value)
+                    .map(|v| String::from_utf8_lossy(v).to_string())
+                    .unwrap_or_else(|| panic!("a record of {topic} without {name}"))
+            };
+            Mirrored {
+                partition: m.partition(),
+                sequence: header("floe-seq").parse().unwrap(),
+                table: header("floe-table"),
+                row: String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Every committed record of `topic` (`read_committed`), from the beginning to the end each
+/// partition had when called, partition by partition.
+pub(crate) fn read_topic(brokers: &str, topic: &str) -> Vec<rdkafka::message::OwnedMessage> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", format!("check-{}", uuid::Uuid::new_v4()))
@@ -793,21 +817,8 @@ pub(crate) fn mirrored(brokers: &str, topic: &str) -> Vec<Mirrored> {
                 at_end.insert(p);
             }
             Some(Err(e)) => panic!("reading {topic}: {e}"),
-            Some(Ok(m)) => {
-                let header = |name: &str| {
-                    m.headers()
-                        .and_then(|h| h.iter().find(|h| h.key == name))
-                        .and_then(|h| h.value)
-                        .map(|v| String::from_utf8_lossy(v).to_string())
-                        .unwrap_or_else(|| panic!("a record of {topic} without {name}"))
-                };
-                out.push(Mirrored {
-                    partition: m.partition(),
-                    sequence: header("floe-seq").parse().unwrap(),
-                    table: header("floe-table"),
-                    row: String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string(),
-                });
-            }
+            Some(Ok(m)) if m.offset() < ends[&m.partition()] => out.push(m.detach()),
+            Some(Ok(_)) => {}
         }
     }
     out

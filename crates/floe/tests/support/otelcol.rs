@@ -8,6 +8,11 @@ use std::time::{Duration, Instant};
 
 use floe_otlp::Signal;
 use floe_otlp::generate::Record;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, TracesData};
+use prost::Message;
+use rand::Rng;
 
 use super::{free_port, service};
 
@@ -15,6 +20,7 @@ use super::{free_port, service};
 pub(crate) struct Collector {
     child: Child,
     http: u16,
+    metrics: u16,
     log: PathBuf,
 }
 
@@ -23,7 +29,7 @@ impl Collector {
     /// telemetry's endpoints, on free ports: `OTLP_GRPC_ENDPOINT`, `OTLP_HTTP_ENDPOINT`,
     /// `COLLECTOR_METRICS_HOST`, `COLLECTOR_METRICS_PORT`), logging to `log`.
     pub(crate) fn start(config: &Path, args: &[&str], env: &[(&str, &str)], log: &Path) -> Self {
-        let http = free_port();
+        let (http, metrics) = (free_port(), free_port());
         let child = Command::new(service("FLOE_TEST_OTELCOL"))
             .arg("--config")
             .arg(config)
@@ -31,7 +37,7 @@ impl Collector {
             .env("OTLP_GRPC_ENDPOINT", format!("127.0.0.1:{}", free_port()))
             .env("OTLP_HTTP_ENDPOINT", format!("127.0.0.1:{http}"))
             .env("COLLECTOR_METRICS_HOST", "127.0.0.1")
-            .env("COLLECTOR_METRICS_PORT", free_port().to_string())
+            .env("COLLECTOR_METRICS_PORT", metrics.to_string())
             .envs(env.iter().copied())
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
@@ -40,8 +46,22 @@ impl Collector {
         Self {
             child,
             http,
+            metrics,
             log: log.to_path_buf(),
         }
+    }
+
+    /// The value of the Collector's own metric `name` (its Prometheus exposition, counters
+    /// without a `_total` suffix) summed over the series whose labels contain `labels`;
+    /// `None` when it has no such series yet.
+    pub(crate) fn metric(&self, name: &str, labels: &str) -> Option<f64> {
+        let values: Vec<f64> = super::http_get(self.metrics, "/metrics")
+            .lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter(|l| l.contains(labels))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum())
     }
 
     /// Its process id.
@@ -105,5 +125,50 @@ impl Collector {
             "the Collector stops cleanly: {}",
             std::fs::read_to_string(&self.log).unwrap_or_default()
         );
+    }
+}
+
+/// The service of [`clock_spans`]: tests leave it out of what they compare.
+pub(crate) const CLOCK_SERVICE: &str = "floe-clock";
+
+/// `count` root SERVER spans of [`CLOCK_SERVICE`] at `at_ns`, each its own trace (so that
+/// `partition_traces_by_id` spreads them over every partition): they move every partition's
+/// event-time clock past what came before, closing its minutes and due traces.
+pub(crate) fn clock_spans(at_ns: u64, count: usize) -> Record {
+    let mut rng = rand::rng();
+    let spans = (0..count)
+        .map(|_| Span {
+            trace_id: rng.random::<[u8; 16]>().to_vec(),
+            span_id: rng.random::<[u8; 8]>().to_vec(),
+            name: "tick".into(),
+            kind: 2,
+            start_time_unix_nano: at_ns,
+            end_time_unix_nano: at_ns + 1_000_000,
+            ..Default::default()
+        })
+        .collect();
+    let data = TracesData {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![KeyValue {
+                    key: "service.name".into(),
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::StringValue(CLOCK_SERVICE.into())),
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    Record {
+        signal: Signal::Traces,
+        bytes: data.encode_to_vec(),
+        items: count,
     }
 }
