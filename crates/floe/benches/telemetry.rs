@@ -24,9 +24,11 @@
 //!   the sender's CPU not counted on either side).
 //!
 //! * (f) (c) and the service map operator on the exchanged spans: the map's own cost.
+//! * (g) (a) and the shipped tail sampler (`jobs/otlp-tail-sampling.toml`: errors, slow
+//!   traces, a deterministic tenth) on the spans as read, no exchange: (g)/(a) (issue 28).
 //!
 //! `FLOE_BENCH_SPANS` sets the volume (default 2,000,000); `FLOE_BENCH_JOBS` the jobs that
-//! run, by letter (default `abcdef`). (e) needs `FLOE_TEST_OTELCOL`; it
+//! run, by letter (default `abcdefg`). (e) needs `FLOE_TEST_OTELCOL`; it
 //! is skipped without it.
 
 use std::collections::BTreeMap;
@@ -174,13 +176,16 @@ impl Run {
     }
 }
 
-/// The operators and tables of the shipped recipe: everything from its first operator on.
-fn shipped_recipe() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../jobs/otlp-red.toml");
+/// The pipeline of shipped job `file`: everything from its `from` section on (its streams'
+/// settings and operators; the bench's own job gives the source, catalog and checkpoints).
+fn shipped(file: &str, from: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../jobs")
+        .join(file);
     let text = std::fs::read_to_string(path).unwrap();
     let at = text
-        .find("[[operators]]")
-        .expect("the recipe has operators");
+        .find(from)
+        .unwrap_or_else(|| panic!("{file} has no {from}"));
     text[at..].to_string()
 }
 
@@ -325,7 +330,8 @@ async fn main() {
         ],
     };
     let exchange = |name: &str| format!("bench_{name}_{run_id}");
-    let recipe_text = shipped_recipe();
+    let recipe_text = shipped("otlp-red.toml", "[[operators]]");
+    let sampling_text = shipped("otlp-tail-sampling.toml", "[streams.spans]");
     let edges_text = format!("{EXCHANGE_ONLY}{EDGES}");
 
     let only = Only::from_env();
@@ -387,6 +393,10 @@ async fn main() {
         ),
         false => None,
     };
+    let sampling = match only.wants('g') {
+        true => Some(bench.run("sampling", &sampling_text, &[]).await),
+        false => None,
+    };
     let collector = match only.wants('e') {
         true => collector(&dir, &payloads).await,
         false => None,
@@ -409,6 +419,10 @@ async fn main() {
         (&red, "(d) Floe's RED alone (spans not landed)"),
         (&edges, "(f) (c) + the service map on the exchanged spans"),
         (
+            &sampling,
+            "(g) (a) + tail sampling, jobs/otlp-tail-sampling.toml",
+        ),
+        (
             &collector,
             "(e) Collector span metrics connector, OTLP/HTTP",
         ),
@@ -423,6 +437,13 @@ async fn main() {
             "(b)/(a) = {:.2} sustained (target ≥ 0.50), {:.2} drained",
             plain.input_seconds / recipe.input_seconds,
             plain.seconds / recipe.seconds,
+        );
+    }
+    if let (Some(plain), Some(sampling)) = (&plain, &sampling) {
+        println!(
+            "(g)/(a) = {:.2} sustained, {:.2} per CPU-second",
+            plain.input_seconds / sampling.input_seconds,
+            plain.cpu / sampling.cpu.max(0.01)
         );
     }
     if let (Some(plain), Some(exchanged)) = (&plain, &exchanged) {

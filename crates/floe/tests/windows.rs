@@ -1,7 +1,7 @@
 //! Stateful windows end to end: the `floe` binary reading OTLP spans from a real Kafka topic
 //! (four partitions, event times out of order within the bound and some far behind it) with a
-//! filter, a tumbling, a sliding and a session window, committing through a real
-//! floe-catalog. Determinism is the oracle: the same input is run
+//! filter, a tumbling, a sliding and a session window and a tail sampler (errors, slow
+//! traces and an event-time rate limit), committing through a real floe-catalog. Determinism is the oracle: the same input is run
 //!
 //! 1. uninterrupted,
 //! 2. killed (-9) at random instants `FLOE_CHAOS_KILLS` times (default 20),
@@ -85,18 +85,42 @@ window = { type = "session", gap = "3s" }
 key = ["service_name"]
 aggregates = { spans = "count()", slowest_ns = "max(duration_ns)" }
 
+[[operators]]
+id = "sampled"
+kind = "tail_sampling"
+input = "spans"
+sampling = { decision_wait = "2s", root_grace = "500ms", decision_ttl = "20s" }
+
+[[operators.policies]]
+name = "errors"
+type = "status_code"
+status_codes = ["ERROR"]
+
+[[operators.policies]]
+name = "slow"
+type = "latency"
+threshold = "60ms"
+
+[[operators.policies]]
+name = "budget"
+type = "rate_limiting"
+spans_per_second = 3
+
 [tables.kept]
 land = false
 "#;
 
 /// The tables every run must agree on.
-const COMPARED: [&str; 6] = [
+const COMPARED: [&str; 9] = [
     "per_10s",
     "per_10s_late",
     "sliding",
     "sliding_late",
     "sessions",
     "sessions_late",
+    "sampled",
+    "sampled_late",
+    "sampled_decisions",
 ];
 
 /// Record `j` of the input: its partition and its protobuf bytes. Bursts of twelve records
@@ -231,7 +255,7 @@ impl Fixture {
     /// construction normalized away.
     async fn comparable(&self, namespace: &str, table: &str) -> String {
         let location = self.location(namespace, table).await;
-        if table.ends_with("_late") {
+        if table.ends_with("_late") || table == "sampled" {
             format!("SELECT * EXCLUDE (ingested_at, kafka_topic) FROM iceberg_scan('{location}')")
         } else {
             format!(
@@ -465,6 +489,7 @@ async fn windows_give_the_same_rows_through_kills_rescales_savepoints_and_lost_s
     let f = Fixture::new().await;
     let baseline = uninterrupted(&f).await;
     check_against_reference(&f, baseline.name).await;
+    check_sampling(&f, baseline.name).await;
 
     let mut failures = Vec::new();
     for s in [
@@ -488,6 +513,83 @@ async fn windows_give_the_same_rows_through_kills_rescales_savepoints_and_lost_s
     check_merge(&f, baseline.name).await;
     f.catalog.stop().await.unwrap();
     let _ = std::fs::remove_dir_all(&f.dir);
+}
+
+/// The tail sampler of `namespace` against the landed spans: every trace whose last span's
+/// end plus the 2 s `decision_wait` the final watermark passed is decided once, on all its
+/// spans (they come in one record), or sent to the late table; every kept trace whole in
+/// `sampled`, each span once, with the deciding policy; every trace with an error span and
+/// every trace of 60 ms or more kept; and the rate limit both keeping and refusing traces.
+async fn check_sampling(f: &Fixture, namespace: &str) {
+    let (spans, sampled, decisions, late) = (
+        f.location(namespace, "otel_spans").await,
+        f.location(namespace, "sampled").await,
+        f.location(namespace, "sampled_decisions").await,
+        f.location(namespace, "sampled_late").await,
+    );
+    let out = python(&format!(
+        r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE spans AS SELECT * FROM iceberg_scan('{spans}')")
+con.sql("CREATE TABLE sampled AS SELECT * FROM iceberg_scan('{sampled}')")
+con.sql("CREATE TABLE decisions AS SELECT * FROM iceberg_scan('{decisions}')")
+con.sql("CREATE TABLE late AS SELECT DISTINCT trace_id FROM iceberg_scan('{late}')")
+con.sql('''CREATE TABLE traces AS SELECT trace_id, count(*) AS n, bool_or(status_code = 'ERROR') AS failed,
+  (max(end_time_unix_nano) - min(start_time_unix_nano)) // 1000000 AS ms,
+  max(end_time_unix_nano) // 1000 + 2000000 AS quiet_us, any_value(kafka_partition) AS p FROM spans GROUP BY 1''')
+con.sql("CREATE TABLE final AS SELECT kafka_partition AS p, max(epoch_us(ts)) - 2000000 AS wm FROM spans GROUP BY 1")
+one = lambda q: con.sql(q).fetchone()[0]
+print(
+  one("SELECT count(*) FROM traces"),
+  one("SELECT count(*) FROM decisions"),
+  one("SELECT count(*) FROM late"),
+  one('''SELECT count(*) FROM traces JOIN final USING (p) WHERE quiet_us <= wm
+    AND trace_id NOT IN (SELECT trace_id FROM decisions) AND trace_id NOT IN (SELECT trace_id FROM late)'''),
+  one("SELECT count(*) - count(DISTINCT trace_id) FROM decisions"),
+  one("SELECT count(*) FROM decisions d JOIN traces t USING (trace_id) WHERE d.span_count <> t.n"),
+  one('''SELECT count(*) FROM (SELECT trace_id, span_id, sampling_policy FROM sampled
+    EXCEPT ALL SELECT s.trace_id, s.span_id, d.policy FROM spans s JOIN decisions d USING (trace_id) WHERE d.sampled)'''),
+  one('''SELECT count(*) FROM (SELECT s.trace_id, s.span_id, d.policy FROM spans s JOIN decisions d USING (trace_id) WHERE d.sampled
+    EXCEPT ALL SELECT trace_id, span_id, sampling_policy FROM sampled)'''),
+  one("SELECT count(*) FROM traces t JOIN decisions d USING (trace_id) WHERE (t.failed OR t.ms >= 60) AND NOT d.sampled"),
+  one("SELECT count(*) FROM decisions WHERE policy = 'budget'"),
+  one("SELECT count(*) FROM decisions WHERE NOT sampled"),
+)
+"#
+    ));
+    let [
+        traces,
+        decided,
+        late,
+        unaccounted,
+        twice,
+        miscounted,
+        extra,
+        missing,
+        lost,
+        budget,
+        dropped,
+    ] = support::numbers::<i64, _>(&out);
+    eprintln!(
+        "sampling: {traces} traces, {decided} decided ({budget} by the rate limit, {dropped} \
+         not kept), {late} late"
+    );
+    assert!(decided > 0 && late > 0, "{out}");
+    assert_eq!(
+        (unaccounted, twice, miscounted),
+        (0, 0, 0),
+        "every trace due by the final watermark decided once, on all its spans, or late"
+    );
+    assert_eq!(
+        (extra, missing),
+        (0, 0),
+        "the kept traces' spans, each once, with their policy"
+    );
+    assert_eq!(lost, 0, "a failed or slow trace was not kept");
+    assert!(
+        budget > 0 && dropped > 0,
+        "the rate limit keeps some and refuses others"
+    );
 }
 
 /// The tumbling and sliding rollups of `namespace` against DuckDB's own computation over the

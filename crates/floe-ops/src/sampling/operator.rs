@@ -7,8 +7,9 @@
 //! `is_root`, `status_code`, `service_name`, `span_attributes`, `resource_attributes`.
 //!
 //! **When.** A trace is due when its last span's end plus `decision_wait` has passed — or,
-//! once its root span came, the root's end plus `root_grace` if that is sooner — and it is
-//! decided when the partition's watermark passes that time. Rows are taken in order, each
+//! once its root span came, `root_grace` after the root ended or arrived (the watermark then),
+//! whichever is later, if that is sooner — and it is decided when the partition's watermark
+//! passes that time. Rows are taken in order, each
 //! against the watermark before it: a span that arrives once its trace is due follows the
 //! decision instead of joining it, whatever the batching. The decisions due before a row are
 //! taken before it, in (due time, trace id) order, so the rate limits spend their budgets in
@@ -37,8 +38,7 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    ArrayBuilder, BooleanBuilder, Int32Builder, Int64Builder, StringBuilder,
-    TimestampMicrosecondBuilder,
+    ArrayBuilder, BooleanBuilder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
 };
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array, new_null_array};
@@ -170,6 +170,8 @@ enum Entry {
         timer: i64,
         /// Its rows so far: (segment, row indices in it).
         rows: Vec<(u64, Vec<u32>)>,
+        /// With `root_grace`, when its root makes it due (µs).
+        root_due: Option<i64>,
     },
     /// Decided: later spans follow until `until`.
     Decided {
@@ -188,11 +190,13 @@ impl Entry {
                 due,
                 timer,
                 rows,
+                root_due,
             } => {
                 w.u8(0);
                 summary.encode(&mut w);
                 w.zigzag(*due);
                 w.zigzag(*timer);
+                w.zigzag(root_due.unwrap_or(i64::MIN));
                 w.varint(rows.len() as u64);
                 for (segment, indices) in rows {
                     w.varint(*segment);
@@ -223,6 +227,7 @@ impl Entry {
                 let summary = Summary::decode(&mut r)?;
                 let due = r.zigzag()?;
                 let timer = r.zigzag()?;
+                let root_due = Some(r.zigzag()?).filter(|d| *d != i64::MIN);
                 let rows = (0..r.varint()?)
                     .map(|_| {
                         let segment = r.varint()?;
@@ -237,6 +242,7 @@ impl Entry {
                     due,
                     timer,
                     rows,
+                    root_due,
                 }
             }
             1 => {
@@ -391,7 +397,7 @@ impl TailSampling {
             Field::new("span_count", DataType::Int64, false),
             Field::new("duration_ms", DataType::Int64, false),
             Field::new("service_name", DataType::Utf8, false),
-            Field::new("source_partition", DataType::Int32, false),
+            Field::new("source_partition", DataType::Utf8, false),
         ]));
         let kept_stream = StreamSpec {
             name: spec.output.clone(),
@@ -461,17 +467,30 @@ impl TailSampling {
         }
     }
 
-    /// When a trace of `summary` is due.
-    fn due(&self, summary: &Summary) -> i64 {
-        let quiet = if summary.end == i64::MIN {
+    /// When a trace of `summary` is quiet: its last span's end plus `decision_wait` (µs).
+    fn quiet(&self, summary: &Summary) -> i64 {
+        if summary.end == i64::MIN {
             i64::MIN
         } else {
             (summary.end / 1000).saturating_add(self.spec.decision_wait)
-        };
-        match (self.spec.root_grace, summary.root_end) {
-            (Some(grace), Some(end)) => quiet.min((end / 1000).saturating_add(grace)),
-            _ => quiet,
         }
+    }
+
+    /// With `root_grace`, when row `r` (arriving at watermark `wm`) as a root makes its trace
+    /// due: `root_grace` after the root ended or arrived, whichever is later — a root that
+    /// arrives behind the watermark still gives the spans that come with it their grace.
+    fn root_due(
+        &self,
+        roots: &Option<arrow_array::BooleanArray>,
+        end_ns: Option<i64>,
+        (r, wm): (usize, i64),
+    ) -> Option<i64> {
+        let grace = self.spec.root_grace?;
+        root(roots, r).then(|| {
+            end_ns
+                .map_or(wm, |e| (e / 1000).max(wm))
+                .saturating_add(grace)
+        })
     }
 
     /// Per row: the bits of the conditions it meets.
@@ -698,9 +717,17 @@ impl TailSampling {
                         t.closed = true;
                         t.followers.push(r);
                     }
-                    Some(Entry::Open { summary, due, .. }) => {
+                    Some(Entry::Open {
+                        summary,
+                        due,
+                        root_due,
+                        ..
+                    }) => {
                         summary.add((starts(r), ends(r)), met[r], service(r), root(&roots, r));
-                        *due = self.due(summary);
+                        if let Some(at) = self.root_due(&roots, ends(r), (r, wm)) {
+                            *root_due = Some(root_due.map_or(at, |d| d.min(at)));
+                        }
+                        *due = self.quiet(summary).min(root_due.unwrap_or(i64::MAX));
                         t.joined.push(r);
                         if *due <= wm {
                             // The root came and its grace has passed: due before the next row.
@@ -710,16 +737,18 @@ impl TailSampling {
                     None => {
                         let mut summary = Summary::default();
                         summary.add((starts(r), ends(r)), met[r], service(r), root(&roots, r));
-                        let due = self.due(&summary);
-                        if due <= wm {
+                        let quiet = self.quiet(&summary);
+                        if quiet <= wm {
                             late.push((r, wm));
                             continue;
                         }
+                        let root_due = self.root_due(&roots, ends(r), (r, wm));
                         entry = Some(Entry::Open {
                             summary,
-                            due,
+                            due: quiet.min(root_due.unwrap_or(i64::MAX)),
                             timer: i64::MAX,
                             rows: Vec::new(),
+                            root_due,
                         });
                         t.joined.push(r);
                         self.open_traces += 1;
@@ -811,6 +840,7 @@ impl TailSampling {
             Some(self.budgets(ctx, p)?)
         };
         let mut decided = Decided::new(self);
+        let partition = ctx.partition_name(p);
         for &(_, due, id, source) in &candidates {
             let (summary, stored_rows, batch_rows, followers) = match source {
                 Source::Touched(i) => {
@@ -842,7 +872,7 @@ impl TailSampling {
                 },
                 budgets,
             );
-            decided.decision(&id, &summary, due, &decision, p);
+            decided.decision(&id, &summary, due, &decision, &partition);
             if decision.sampled {
                 decided.keep(stored_rows.clone(), &decision.policy);
                 decided.keep_batch(
@@ -1078,7 +1108,7 @@ struct Decided {
     span_counts: Int64Builder,
     durations: Int64Builder,
     services: StringBuilder,
-    partitions: Int32Builder,
+    partitions: StringBuilder,
     input: SchemaRef,
     kept: SchemaRef,
     decisions: SchemaRef,
@@ -1097,7 +1127,7 @@ impl Decided {
             span_counts: Int64Builder::new(),
             durations: Int64Builder::new(),
             services: StringBuilder::new(),
-            partitions: Int32Builder::new(),
+            partitions: StringBuilder::new(),
             input: op.input.clone(),
             kept: op.kept.clone(),
             decisions: op.decisions.clone(),
@@ -1110,7 +1140,7 @@ impl Decided {
         summary: &Summary,
         due: i64,
         decision: &super::policy::Decision,
-        p: u32,
+        partition: &str,
     ) {
         self.decided_at.append_value(due);
         self.trace_ids.append_value(hex(id));
@@ -1119,7 +1149,7 @@ impl Decided {
         self.span_counts.append_value(summary.spans as i64);
         self.durations.append_value(summary.duration_ms());
         self.services.append_value(summary.service());
-        self.partitions.append_value(p as i32);
+        self.partitions.append_value(partition);
     }
 
     fn keep(&mut self, rows: Vec<(u64, Vec<u32>)>, policy: &Option<String>) {
@@ -1817,6 +1847,7 @@ mod tests {
                 due: 4,
                 timer: 3,
                 rows: vec![(2, vec![0, 5])],
+                root_due: Some(4),
             },
         ] {
             assert_eq!(Entry::decode(&entry.encode()).unwrap(), entry);

@@ -131,8 +131,6 @@ pub struct Summary {
     pub root_service: Option<String>,
     /// The smallest service name among the spans (the trace's service before its root).
     pub any_service: Option<String>,
-    /// The root span's end, ns, once seen.
-    pub root_end: Option<i64>,
 }
 
 impl Default for Summary {
@@ -144,7 +142,6 @@ impl Default for Summary {
             met: 0,
             root_service: None,
             any_service: None,
-            root_end: None,
         }
     }
 }
@@ -170,14 +167,9 @@ impl Summary {
         if self.any_service.as_deref().is_none_or(|s| service < s) {
             self.any_service = Some(service.to_string());
         }
-        if root {
-            // Two roots (a broken trace): the smaller service, the later end — any order.
-            if self.root_service.as_deref().is_none_or(|s| service < s) {
-                self.root_service = Some(service.to_string());
-            }
-            if let Some(e) = end {
-                self.root_end = Some(self.root_end.map_or(e, |r| r.max(e)));
-            }
+        // Two roots (a broken trace): the smaller service — in any order.
+        if root && self.root_service.as_deref().is_none_or(|s| service < s) {
+            self.root_service = Some(service.to_string());
         }
     }
 
@@ -212,13 +204,6 @@ impl Summary {
                 None => w.varint(0),
             }
         }
-        match self.root_end {
-            Some(e) => {
-                w.varint(1);
-                w.zigzag(e);
-            }
-            None => w.varint(0),
-        }
     }
 
     /// Reads what [`Summary::encode`] wrote.
@@ -235,10 +220,6 @@ impl Summary {
         };
         let root_service = text()?;
         let any_service = text()?;
-        let root_end = match r.varint()? {
-            0 => None,
-            _ => Some(r.zigzag()?),
-        };
         Ok(Self {
             spans,
             start,
@@ -246,7 +227,6 @@ impl Summary {
             met,
             root_service,
             any_service,
-            root_end,
         })
     }
 }
