@@ -31,6 +31,18 @@ pub fn unsortable(bytes: &[u8]) -> i64 {
     (u64::from_be_bytes(b) ^ (1 << 63)) as i64
 }
 
+/// `batch` as one Arrow IPC stream (schema, then the batch): what an exchange record and a
+/// stored segment of rows hold.
+pub fn ipc_bytes(batch: &arrow_array::RecordBatch) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(batch.get_array_memory_size() / 2 + 1024);
+    let mut writer = arrow_ipc::writer::StreamWriter::try_new(&mut out, &batch.schema())
+        .map_err(|e| e.to_string())?;
+    writer.write(batch).map_err(|e| e.to_string())?;
+    writer.finish().map_err(|e| e.to_string())?;
+    drop(writer);
+    Ok(out)
+}
+
 /// Appends values to a byte buffer.
 #[derive(Debug, Default, Clone)]
 pub struct Writer(pub Vec<u8>);

@@ -269,7 +269,7 @@ const RECORD_BYTES: usize = 768 * 1024;
 /// `batch` as Arrow IPC records of at most [`RECORD_BYTES`] each (a single row may exceed it),
 /// the rows in order.
 fn encode_split(batch: &RecordBatch, out: &mut Vec<Vec<u8>>) -> Result<(), String> {
-    let encoded = encode(batch)?;
+    let encoded = floe_ops::codec::ipc_bytes(batch)?;
     if encoded.len() <= RECORD_BYTES || batch.num_rows() <= 1 {
         out.push(encoded);
         return Ok(());
@@ -319,16 +319,6 @@ fn with_clocks(
     columns.push(Arc::new(before));
     RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns)
         .map_err(|e| e.to_string())
-}
-
-fn encode(batch: &RecordBatch) -> Result<Vec<u8>, String> {
-    let mut out = Vec::with_capacity(batch.get_array_memory_size() / 2 + 1024);
-    let mut writer = arrow_ipc::writer::StreamWriter::try_new(&mut out, &batch.schema())
-        .map_err(|e| e.to_string())?;
-    writer.write(batch).map_err(|e| e.to_string())?;
-    writer.finish().map_err(|e| e.to_string())?;
-    drop(writer);
-    Ok(out)
 }
 
 /// The writing side: a job's exchanges and the producer of their topics.

@@ -48,7 +48,7 @@ use floe_core::{StreamBatch, StreamSpec};
 
 use super::config::Policies;
 use super::policy::{Budgets, Condition, Summary, Trace, decide};
-use crate::codec::{Reader, Writer, integer_at};
+use crate::codec::{Reader, Writer, integer_at, ipc_bytes};
 use crate::timers::{EVENT_TIME, EXPIRY};
 use crate::window::{event_times, iceberg_schema, late_rows, late_stream, timestamp};
 use crate::{Context, FastHash, OpError, OpResult, Operator, OperatorStats};
@@ -960,7 +960,7 @@ impl TailSampling {
             ctx.put(
                 p,
                 &segment_key(SEGMENT, segment),
-                &to_ipc(&picked).map_err(|e| self.invalid(e))?,
+                &ipc_bytes(&picked).map_err(|e| self.invalid(e))?,
             )?;
             ctx.put(
                 p,
@@ -1056,16 +1056,6 @@ fn integers(rows: &RecordBatch, name: &str) -> impl Fn(usize) -> Option<i64> + u
 fn own_columns(rows: &RecordBatch, width: usize) -> RecordBatch {
     let keep: Vec<usize> = (0..width.min(rows.num_columns())).collect();
     rows.project(&keep).expect("columns in range")
-}
-
-fn to_ipc(batch: &RecordBatch) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    let mut writer = arrow_ipc::writer::StreamWriter::try_new(&mut out, &batch.schema())
-        .map_err(|e| e.to_string())?;
-    writer.write(batch).map_err(|e| e.to_string())?;
-    writer.finish().map_err(|e| e.to_string())?;
-    drop(writer);
-    Ok(out)
 }
 
 fn from_ipc(bytes: &[u8]) -> Result<RecordBatch, String> {
