@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 mod check;
 
 pub use check::{Checker, Text};
+pub use toml::Spanned;
 
 /// One problem found in a configuration, with where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]

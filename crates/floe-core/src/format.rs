@@ -52,6 +52,12 @@ pub trait Format: Send {
     /// Decodes one record and appends its rows; when refused, no rows were appended.
     fn append(&mut self, record: &SourceRecord, ingested_at_us: i64) -> Result<Appended, Refused>;
 
+    /// Whether a refused record's raw bytes may be kept in the dead-letter table (a format
+    /// that redacts personal data says no: what it could not decode it could not redact).
+    fn keeps_raw(&self) -> bool {
+        true
+    }
+
     /// Rows appended since the last take, in all streams.
     fn buffered_rows(&self) -> usize;
 

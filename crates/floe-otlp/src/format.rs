@@ -1,4 +1,7 @@
-//! The OTLP [`Format`]: each record is decoded as the signal its topic carries.
+//! The OTLP [`Format`]: each record is decoded as the signal its topic carries — and, with
+//! `[source.redaction]`, redacted before any row is built ([`crate::redact`]): its findings
+//! become the `pii_findings` stream (after the eight tables), a refused record's reason is
+//! redacted too, and its raw bytes are not kept for the dead-letter table.
 
 use std::collections::HashMap;
 
@@ -6,6 +9,7 @@ use arrow_array::RecordBatch;
 use floe_core::{Appended, Format, Refused, SourceRecord, StreamSpec};
 
 use crate::decode::{Signal, decode_counted};
+use crate::redact::{FINDINGS_STREAM, FINDINGS_TABLE, Findings, FindingsBuilder, redact};
 use crate::rows::{Lineage, TableBuilders};
 use crate::schema::OtlpTable;
 
@@ -18,6 +22,8 @@ pub struct OtlpFormat {
     duplicate_keys: u64,
     /// The source has one partition: its streams say so ([`floe_core::exchange::ONE_PARTITION`]).
     one_partition: bool,
+    /// `[source.redaction]`: the redactor and the findings stream's rows.
+    redaction: Option<(floe_pii::Redactor, FindingsBuilder)>,
 }
 
 impl OtlpFormat {
@@ -29,6 +35,27 @@ impl OtlpFormat {
             builders: TableBuilders::new(),
             duplicate_keys: 0,
             one_partition: false,
+            redaction: None,
+        }
+    }
+
+    /// Redacts every record with `redactor` before its rows are built; adds the
+    /// `pii_findings` stream.
+    pub fn redacting(mut self, redactor: floe_pii::Redactor) -> Self {
+        self.redaction = Some((redactor, FindingsBuilder::default()));
+        self
+    }
+
+    /// `text` with whatever the redactor finds in it masked (a refused record's reason may
+    /// quote the record).
+    fn redact_reason(&self, text: String) -> String {
+        let Some((redactor, _)) = &self.redaction else {
+            return text;
+        };
+        match redactor.redact(None, &text, &mut |_| {}) {
+            floe_pii::Outcome::Replaced(new) => new,
+            floe_pii::Outcome::Kept => text,
+            _ => "(the reason held personal data and was withheld)".to_string(),
         }
     }
 
@@ -55,33 +82,7 @@ impl OtlpFormat {
 
 impl Format for OtlpFormat {
     fn streams(&self) -> Vec<StreamSpec> {
-        OtlpTable::ALL
-            .iter()
-            .map(|t| StreamSpec {
-                name: t.key().to_string(),
-                table: t.default_name().to_string(),
-                schema: Some(t.schema()),
-                changelog: false,
-                key: Vec::new(),
-                time_column: Some("ts".to_string()),
-                partition: vec![("ts".to_string(), iceberg::spec::Transform::Day)],
-                bloom_filter_columns: match t {
-                    OtlpTable::Spans | OtlpTable::Logs | OtlpTable::Profiles => {
-                        vec!["trace_id".to_string()]
-                    }
-                    _ => Vec::new(),
-                },
-                plain_columns: t.plain_columns().iter().map(|c| c.to_string()).collect(),
-                properties: if self.one_partition {
-                    vec![(
-                        floe_core::exchange::ONE_PARTITION.to_string(),
-                        "true".to_string(),
-                    )]
-                } else {
-                    Vec::new()
-                },
-            })
-            .collect()
+        streams(self.one_partition, self.redaction.is_some())
     }
 
     fn append(&mut self, record: &SourceRecord, ingested_at_us: i64) -> Result<Appended, Refused> {
@@ -91,29 +92,37 @@ impl Format for OtlpFormat {
                 record.topic
             )
         })?;
-        let (decoded, duplicates) =
-            decode_counted(signal, &record.payload).map_err(|e| e.to_string())?;
+        let (mut decoded, duplicates) = decode_counted(signal, &record.payload)
+            .map_err(|e| self.redact_reason(e.to_string()))?;
         self.duplicate_keys += duplicates;
-        self.builders.append(
-            &decoded,
-            &Lineage {
-                topic: &record.topic,
-                partition: record.partition,
-                offset: record.offset,
-                ingested_at_us,
-            },
-        );
+        let lineage = Lineage {
+            topic: &record.topic,
+            partition: record.partition,
+            offset: record.offset,
+            ingested_at_us,
+        };
+        if let Some((redactor, findings)) = &mut self.redaction {
+            let mut found = Findings::default();
+            redact(&mut decoded, redactor, &mut found);
+            findings.append(&found, &lineage);
+        }
+        self.builders.append(&decoded, &lineage);
         Ok(Appended::Rows)
     }
 
     fn buffered_rows(&self) -> usize {
-        self.builders.rows()
+        self.builders.rows() + self.redaction.as_ref().map_or(0, |(_, f)| f.rows())
     }
 
     fn stream_rows(&self, stream: usize) -> usize {
-        OtlpTable::ALL
-            .get(stream)
-            .map_or(0, |t| self.builders.table_rows(*t))
+        match OtlpTable::ALL.get(stream) {
+            Some(t) => self.builders.table_rows(*t),
+            None => self.redaction.as_ref().map_or(0, |(_, f)| f.rows()),
+        }
+    }
+
+    fn keeps_raw(&self) -> bool {
+        self.redaction.is_none()
     }
 
     fn status(&self) -> Vec<(&'static str, i64)> {
@@ -121,10 +130,64 @@ impl Format for OtlpFormat {
     }
 
     fn take(&mut self) -> Vec<(usize, RecordBatch)> {
-        self.builders
+        let mut batches: Vec<(usize, RecordBatch)> = self
+            .builders
             .finish()
             .into_iter()
             .map(|(t, b)| (t as usize, b))
-            .collect()
+            .collect();
+        if let Some(batch) = self.redaction.as_mut().and_then(|(_, f)| f.finish()) {
+            batches.push((OtlpTable::ALL.len(), batch));
+        }
+        batches
     }
+}
+
+/// The streams of an OTLP source: the eight tables' and, when it redacts (`findings`), the
+/// `pii_findings` stream after them; with `one_partition`, each says its rows are in one
+/// partition.
+pub fn streams(one_partition: bool, findings: bool) -> Vec<StreamSpec> {
+    let properties = if one_partition {
+        vec![(
+            floe_core::exchange::ONE_PARTITION.to_string(),
+            "true".to_string(),
+        )]
+    } else {
+        Vec::new()
+    };
+    let mut streams: Vec<StreamSpec> = OtlpTable::ALL
+        .iter()
+        .map(|t| StreamSpec {
+            name: t.key().to_string(),
+            table: t.default_name().to_string(),
+            schema: Some(t.schema()),
+            changelog: false,
+            key: Vec::new(),
+            time_column: Some("ts".to_string()),
+            partition: vec![("ts".to_string(), iceberg::spec::Transform::Day)],
+            bloom_filter_columns: match t {
+                OtlpTable::Spans | OtlpTable::Logs | OtlpTable::Profiles => {
+                    vec!["trace_id".to_string()]
+                }
+                _ => Vec::new(),
+            },
+            plain_columns: t.plain_columns().iter().map(|c| c.to_string()).collect(),
+            properties: properties.clone(),
+        })
+        .collect();
+    if findings {
+        streams.push(StreamSpec {
+            name: FINDINGS_STREAM.to_string(),
+            table: FINDINGS_TABLE.to_string(),
+            schema: Some(crate::schema::findings_schema()),
+            changelog: false,
+            key: Vec::new(),
+            time_column: Some("ts".to_string()),
+            partition: vec![("ts".to_string(), iceberg::spec::Transform::Day)],
+            bloom_filter_columns: Vec::new(),
+            plain_columns: Vec::new(),
+            properties,
+        });
+    }
+    streams
 }

@@ -8,6 +8,9 @@
 //!   with its Kafka lineage, and hands out one `RecordBatch` per table;
 //! * [`profiles`] pins the profiles protocol version, checks a record against its dictionary
 //!   and reads its OTLP JSON;
+//! * [`redact`] finds personal data and secrets in every string of a decoded record and
+//!   masks, hashes or drops them before any row is built, counting the findings
+//!   (`[source.redaction]`, the `pii_findings` stream);
 //! * [`generate`] produces realistic OTLP records for the quickstart, tests and benchmarks;
 //! * [`config`] holds the job file parts it owns (`[source.generator]`, `signals`).
 //!
@@ -19,6 +22,7 @@ pub mod decode;
 pub mod format;
 pub mod generate;
 pub mod profiles;
+pub mod redact;
 pub mod rows;
 pub mod schema;
 

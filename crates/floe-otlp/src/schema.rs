@@ -252,6 +252,22 @@ fn resource_columns() -> Vec<Col> {
     ]
 }
 
+/// The table of the `pii_findings` stream (`[source.redaction]`): one row per record,
+/// event-time minute, service, signal, field, detector and action, with how many findings.
+pub fn findings_schema() -> Schema {
+    let mut columns = vec![
+        col("ts", T::Ts, true),
+        opt("service_name", T::Str),
+        col("signal", T::Str, true),
+        col("field", T::Str, true),
+        col("detector", T::Str, true),
+        col("action", T::Str, true),
+        col("count", T::Long, true),
+    ];
+    columns.extend(lineage_columns());
+    build_schema(columns)
+}
+
 fn lineage_columns() -> Vec<Col> {
     vec![
         col("kafka_topic", T::Str, true),

@@ -1,4 +1,5 @@
-//! The dead-letter table: records the format refused, with the raw bytes and the reason.
+//! The dead-letter table: records the format refused, with the raw bytes (NULL when the
+//! format keeps none: one that redacts personal data) and the reason.
 //!
 //! It is also the job's **anchor**: every checkpoint commits to it (an empty snapshot when no
 //! record was refused), so its newest marker of the job always holds the positions of every
@@ -90,7 +91,11 @@ impl DeadLetters {
     pub(crate) fn push(&mut self, letter: &DeadLetter, now_us: i64) {
         self.ts.append_value(now_us);
         self.error.append_value(&letter.reason);
-        self.raw.append_value(&letter.raw);
+        // No bytes (a format that redacts keeps none, or an empty record): NULL.
+        match letter.raw.is_empty() {
+            true => self.raw.append_null(),
+            false => self.raw.append_value(&letter.raw),
+        }
         self.topic.append_value(&letter.topic);
         self.partition.append_value(letter.partition);
         self.offset.append_value(letter.offset);

@@ -162,7 +162,10 @@ impl<S: Source, F: Format> RecordReader<S, F> {
                     topic: record.topic.clone(),
                     partition: record.partition,
                     offset: record.offset,
-                    raw: record.payload.clone(),
+                    raw: match self.format.keeps_raw() {
+                        true => record.payload.clone(),
+                        false => Vec::new(),
+                    },
                     reason,
                 });
             }

@@ -27,9 +27,14 @@
 //! * (g) (a) and the shipped tail sampler (`jobs/otlp-tail-sampling.toml`: errors, slow
 //!   traces, a deterministic tenth) on the spans as read, no exchange: (g)/(a) (issue 28).
 //!
+//! * (h) the Collector's contrib tail_sampling processor with (g)'s policies and decision
+//!   wait, over OTLP/HTTP: spans per CPU-second and peak RSS, run twice — `num_traces` large
+//!   enough to hold every trace in flight, and its default 50,000 — with the traces it
+//!   dropped before their decision (which Floe, holding them in RocksDB, keeps whole).
+//!
 //! `FLOE_BENCH_SPANS` sets the volume (default 2,000,000); `FLOE_BENCH_JOBS` the jobs that
-//! run, by letter (default `abcdefg`). (e) needs `FLOE_TEST_OTELCOL`; it
-//! is skipped without it.
+//! run, by letter (default `abcdefgh`). (e) and (h) need `FLOE_TEST_OTELCOL`; they are
+//! skipped without it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -154,6 +159,43 @@ service:
       exporters: [debug]
 "#;
 
+/// (h): the Collector's tail_sampling processor with the shipped sampler's policies
+/// (`jobs/otlp-tail-sampling.toml`) and its `decision_wait`, which the Collector counts in
+/// wall-clock time; `NUM_TRACES` is how many traces it holds (its default 50,000, or enough for
+/// every trace in flight); its kept spans to the debug exporter (counted, not printed).
+const COLLECTOR_SAMPLING: &str = r#"
+receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: ${env:OTLP_HTTP_ENDPOINT}
+processors:
+  tail_sampling:
+    decision_wait: 10s
+    num_traces: ${env:NUM_TRACES}
+    policies:
+      - {name: errors, type: status_code, status_code: {status_codes: [ERROR]}}
+      - {name: slow, type: latency, latency: {threshold_ms: 500}}
+      - {name: baseline, type: probabilistic, probabilistic: {sampling_percentage: 10}}
+exporters:
+  debug:
+    verbosity: basic
+service:
+  telemetry:
+    metrics:
+      readers:
+        - pull:
+            exporter:
+              prometheus:
+                host: ${env:COLLECTOR_METRICS_HOST}
+                port: ${env:COLLECTOR_METRICS_PORT}
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [tail_sampling]
+      exporters: [debug]
+"#;
+
 /// What one run of a job took.
 struct Run {
     /// Until the input's positions were committed: the rate the job sustains.
@@ -261,14 +303,31 @@ impl Bench {
     }
 }
 
-/// (e): the Collector's span metrics connector on `payloads`, sent over OTLP/HTTP one record
-/// at a time; `None` without `FLOE_TEST_OTELCOL`.
-async fn collector(dir: &Path, payloads: &[Vec<u8>]) -> Option<Run> {
+/// What the Collector's tail_sampling processor counted in a run of (h).
+struct Sampled {
+    /// Traces it received.
+    traces: f64,
+    /// Traces evicted before their decision (`num_traces` full): their spans are lost.
+    dropped: f64,
+    /// Traces that arrived again after their decision (late spans), decided anew.
+    late: f64,
+}
+
+/// A Collector on `config` (`env` set) fed `payloads` over OTLP/HTTP one record at a time,
+/// `settle` given to finish after the last; with its tail sampler's counts when
+/// `sampler`. `None` without `FLOE_TEST_OTELCOL`.
+async fn collector(
+    dir: &Path,
+    (name, config, env): (&str, &str, &[(&str, &str)]),
+    payloads: &[Vec<u8>],
+    settle: std::time::Duration,
+    sampler: bool,
+) -> Option<(Run, Option<Sampled>)> {
     use common::support::otelcol::Collector;
     std::env::var("FLOE_TEST_OTELCOL").ok()?;
-    let config = dir.join("collector.yaml");
-    std::fs::write(&config, COLLECTOR).unwrap();
-    let mut collector = Collector::start(&config, &[], &[], &dir.join("collector.log"));
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, config).unwrap();
+    let mut collector = Collector::start(&path, &[], env, &dir.join(format!("{name}.log")));
     let http = reqwest::Client::new();
     collector.ready(&http).await;
     let pid = collector.pid();
@@ -282,6 +341,17 @@ async fn collector(dir: &Path, payloads: &[Vec<u8>]) -> Option<Run> {
         collector.send(&http, &record).await;
     }
     let seconds = began.elapsed().as_secs_f64();
+    tokio::time::sleep(settle).await;
+    let metric =
+        |name: &str| collector.metric(&format!("otelcol_processor_tail_sampling_{name}"), "");
+    let sampled = sampler.then(|| Sampled {
+        traces: metric("new_trace_id_received").unwrap_or(0.0),
+        dropped: metric("sampling_trace_dropped_too_early").unwrap_or(0.0),
+        // A histogram, its unit a suffix or not.
+        late: metric("sampling_late_span_age_count")
+            .or_else(|| metric("sampling_late_span_age_seconds_count"))
+            .unwrap_or(0.0),
+    });
     let run = Run {
         input_seconds: seconds,
         seconds,
@@ -289,7 +359,7 @@ async fn collector(dir: &Path, payloads: &[Vec<u8>]) -> Option<Run> {
         rss: peak_rss_mib(pid),
     };
     collector.stop();
-    Some(run)
+    Some((run, sampled))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -397,10 +467,35 @@ async fn main() {
         true => Some(bench.run("sampling", &sampling_text, &[]).await),
         false => None,
     };
-    let collector = match only.wants('e') {
-        true => collector(&dir, &payloads).await,
+    let none = std::time::Duration::ZERO;
+    let collector_red = match only.wants('e') {
+        true => {
+            collector(
+                &dir,
+                ("span-metrics", COLLECTOR, &[]),
+                &payloads,
+                none,
+                false,
+            )
+            .await
+        }
         false => None,
     };
+    let span_metrics = collector_red.map(|(run, _)| run);
+    // (h) twice: every trace in flight held (its cost), then its default bound (what it
+    // loses). Past the decision_wait before its counts are read.
+    let wait = std::time::Duration::from_secs(11);
+    let mut collector_sampling = Vec::new();
+    for (label, num_traces) in [("all held", "2000000"), ("default", "50000")] {
+        if !only.wants('h') {
+            break;
+        }
+        let env = [("NUM_TRACES", num_traces)];
+        let setup = ("tail-sampling", COLLECTOR_SAMPLING, &env[..]);
+        if let Some(run) = collector(&dir, setup, &payloads, wait, true).await {
+            collector_sampling.push((label, num_traces, run));
+        }
+    }
 
     println!(
         "\n{:<62} {:>10} {:>10} {:>12} {:>9}",
@@ -423,7 +518,7 @@ async fn main() {
             "(g) (a) + tail sampling, jobs/otlp-tail-sampling.toml",
         ),
         (
-            &collector,
+            &span_metrics,
             "(e) Collector span metrics connector, OTLP/HTTP",
         ),
     ];
@@ -431,6 +526,27 @@ async fn main() {
         if let Some(run) = run {
             run.row(label, spans);
         }
+    }
+    for (label, num_traces, (run, _)) in &collector_sampling {
+        run.row(
+            &format!("(h) Collector tail_sampling, num_traces {num_traces} ({label})"),
+            spans,
+        );
+    }
+    for (_, num_traces, (_, sampled)) in &collector_sampling {
+        if let Some(s) = sampled {
+            println!(
+                "(h) num_traces {num_traces}: {:.0} traces received, {:.0} dropped before                  their decision, {:.0} late spans decided anew",
+                s.traces, s.dropped, s.late
+            );
+        }
+    }
+    if let (Some(sampling), Some((_, _, (held, _)))) = (&sampling, collector_sampling.first()) {
+        println!(
+            "spans per CPU-second (g)/(h) = {:.2} (Floe's job with tail sampling, spans landed \
+             too, over the Collector's sampler holding every trace)",
+            held.cpu / sampling.cpu.max(0.01)
+        );
     }
     if let (Some(plain), Some(recipe)) = (&plain, &recipe) {
         println!(
@@ -462,7 +578,7 @@ async fn main() {
             spans as f64 / exchanged.cpu.max(0.01)
         );
     }
-    match (&collector, &red) {
+    match (&span_metrics, &red) {
         (Some(c), Some(red)) => println!(
             "spans per CPU-second (d)/(e) = {:.2} (Floe's RED over the Collector's)",
             c.cpu / red.cpu.max(0.01)

@@ -292,6 +292,10 @@ async fn run(
     from_savepoint: Option<String>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<RunSummary> {
+    // Refused before anything is reached: a redaction that hashes without its key.
+    if let Some(r) = source.redaction() {
+        r.redactor().map_err(anyhow::Error::msg)?;
+    }
     let (embedded, client) = catalog(&config).await?;
     if let Some(name) = &from_savepoint {
         let anchor = savepoint::ident(&config.catalog.namespace, &config.dead_letter_table);
@@ -329,8 +333,12 @@ async fn run(
             KafkaFormat::Otlp {
                 signals,
                 team_attribute,
+                redaction,
             } => {
-                let format = OtlpFormat::new(signals).team_attribute(team_attribute);
+                let format = redacting(
+                    OtlpFormat::new(signals).team_attribute(team_attribute),
+                    redaction.as_deref(),
+                )?;
                 let exchanges =
                     exchange::exchanges(&config.name, &config.pipeline, &format.streams());
                 if exchanges.is_empty() {
@@ -371,9 +379,12 @@ async fn run(
                 }
             }
         },
-        SourceConfig::Generator(g) => {
+        SourceConfig::Generator(g, redaction) => {
             let generator = GeneratorSource::new(&g);
-            let format = OtlpFormat::new(HashMap::new()).one_partition();
+            let format = redacting(
+                OtlpFormat::new(HashMap::new()).one_partition(),
+                redaction.as_deref(),
+            )?;
             let reader = RecordReader::new(generator, format, bytes);
             runner.drive(reader, None, None).await?
         }
@@ -430,6 +441,18 @@ async fn savepoints(
         running.stop().await?;
     }
     Ok(())
+}
+
+/// `format`, redacting under `redaction` when the job has `[source.redaction]` (refused
+/// when an action hashes and its key is not in the environment).
+fn redacting(
+    format: OtlpFormat,
+    redaction: Option<&floe_otlp::redact::Redaction>,
+) -> anyhow::Result<OtlpFormat> {
+    Ok(match redaction {
+        Some(r) => format.redacting(r.redactor().map_err(anyhow::Error::msg)?),
+        None => format,
+    })
 }
 
 fn absolute(path: &Path) -> anyhow::Result<PathBuf> {

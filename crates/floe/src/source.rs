@@ -9,11 +9,11 @@ use std::collections::HashMap;
 use floe_cdc::debezium::DebeziumFormat;
 use floe_cdc::postgres::{PostgresConfig, RawPostgres};
 use floe_config::{Checker, Text};
-use floe_core::Format;
 use floe_kafka::KafkaSettings;
 use floe_kafka::config::RawKafka;
+use floe_otlp::Signal;
 use floe_otlp::config::{GeneratorConfig, RawGenerator, check_signals};
-use floe_otlp::{OtlpFormat, Signal};
+use floe_otlp::redact::{RawRedaction, Redaction, check_redaction};
 use floe_runtime::job::{SourceSection, Streams};
 use serde::Deserialize;
 
@@ -27,6 +27,8 @@ pub(crate) struct RawSource {
     postgres: Option<RawPostgres>,
     /// Generated OpenTelemetry data (`floe_otlp::config`).
     generator: Option<RawGenerator>,
+    /// Redaction of the OTLP tables' strings (`floe_otlp::redact`).
+    redaction: Option<floe_config::Spanned<RawRedaction>>,
 }
 
 /// What Kafka records hold.
@@ -38,6 +40,8 @@ pub(crate) enum KafkaFormat {
         signals: HashMap<String, Signal>,
         /// The resource attribute of the `team` column.
         team_attribute: String,
+        /// `[source.redaction]`.
+        redaction: Option<Box<Redaction>>,
     },
     /// Debezium change events (JSON).
     DebeziumJson,
@@ -50,11 +54,26 @@ pub(crate) enum SourceConfig {
     Kafka(KafkaSettings, KafkaFormat),
     /// Postgres logical replication.
     Postgres(PostgresConfig),
-    /// The built-in generator.
-    Generator(GeneratorConfig),
+    /// The built-in generator, and `[source.redaction]`.
+    Generator(GeneratorConfig, Option<Box<Redaction>>),
 }
 
-fn kafka_format(raw: &RawKafka, c: &mut Checker<'_>) -> KafkaFormat {
+impl SourceConfig {
+    /// Its `[source.redaction]`, if any.
+    pub(crate) fn redaction(&self) -> Option<&Redaction> {
+        match self {
+            SourceConfig::Kafka(_, KafkaFormat::Otlp { redaction, .. })
+            | SourceConfig::Generator(_, redaction) => redaction.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+fn kafka_format(
+    raw: &RawKafka,
+    redaction: Option<Box<Redaction>>,
+    c: &mut Checker<'_>,
+) -> KafkaFormat {
     let debezium = c.choice(
         raw.format.as_ref(),
         "format",
@@ -77,6 +96,7 @@ fn kafka_format(raw: &RawKafka, c: &mut Checker<'_>) -> KafkaFormat {
         return KafkaFormat::Otlp {
             signals: check_signals(&raw.signals, c),
             team_attribute,
+            redaction,
         };
     }
     if let Some((at, _)) = team_attribute {
@@ -100,13 +120,39 @@ impl SourceSection for RawSource {
     type Config = SourceConfig;
 
     fn check(&self, c: &mut Checker<'_>, job: &str) -> Option<SourceConfig> {
+        let redaction = self
+            .redaction
+            .as_ref()
+            .map(|r| (r.span(), Box::new(check_redaction(r.get_ref(), c))));
+        let not_otlp = |c: &mut Checker<'_>, redaction: Option<(std::ops::Range<usize>, _)>| {
+            if let Some((at, _)) = redaction {
+                c.problem(
+                    Some(at),
+                    "[source.redaction] redacts the OTLP tables: a Kafka source of format \
+                     \"otlp\" or the generator",
+                );
+            }
+        };
         match (&self.kafka, &self.postgres, &self.generator) {
             (Some(k), None, None) => {
-                let format = kafka_format(k, c);
+                let debezium = matches!(
+                    k.format.as_ref().map(|f| f.get_ref().as_str()),
+                    Some("debezium-json")
+                );
+                if debezium {
+                    not_otlp(c, redaction.clone());
+                }
+                let format = kafka_format(k, redaction.map(|(_, r)| r), c);
                 Some(SourceConfig::Kafka(k.check(c, job), format))
             }
-            (None, Some(p), None) => Some(SourceConfig::Postgres(p.check(c, job))),
-            (None, None, Some(g)) => Some(SourceConfig::Generator(g.check(c))),
+            (None, Some(p), None) => {
+                not_otlp(c, redaction);
+                Some(SourceConfig::Postgres(p.check(c, job)))
+            }
+            (None, None, Some(g)) => Some(SourceConfig::Generator(
+                g.check(c),
+                redaction.map(|(_, r)| r),
+            )),
             _ => {
                 c.problem(
                     None,
@@ -119,11 +165,11 @@ impl SourceSection for RawSource {
 
     fn streams(config: &SourceConfig) -> Streams {
         match config {
-            SourceConfig::Kafka(_, KafkaFormat::Otlp { signals, .. }) => {
-                Streams::Known(OtlpFormat::new(signals.clone()).streams())
+            SourceConfig::Kafka(_, KafkaFormat::Otlp { redaction, .. }) => {
+                Streams::Known(floe_otlp::format::streams(false, redaction.is_some()))
             }
-            SourceConfig::Generator(_) => {
-                Streams::Known(OtlpFormat::new(HashMap::new()).one_partition().streams())
+            SourceConfig::Generator(_, redaction) => {
+                Streams::Known(floe_otlp::format::streams(true, redaction.is_some()))
             }
             SourceConfig::Kafka(_, KafkaFormat::DebeziumJson) | SourceConfig::Postgres(_) => {
                 Streams::Tables

@@ -30,6 +30,7 @@ fn example_jobs_validate() {
         jobs.join("otlp-rollups.toml").to_str().unwrap(),
         jobs.join("otlp-red.toml").to_str().unwrap(),
         jobs.join("otlp-tail-sampling.toml").to_str().unwrap(),
+        jobs.join("otlp-pii.toml").to_str().unwrap(),
     ]);
     assert!(
         out.status.success(),
@@ -80,6 +81,60 @@ fn bad_job_files_are_refused_with_their_place() {
     let out = floe(&["validate", syntax.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{}:2:", syntax.display())));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_redaction_is_refused_with_its_place() {
+    let dir = temp_dir("cli-pii");
+    let bad = dir.join("pii.toml");
+    std::fs::write(
+        &bad,
+        "version = 1\nname = \"x\"\n[source.kafka]\n[source.redaction]\n\
+         detectors = [\"email\", \"passport\"]\naction = \"shred\"\n\
+         actions = { card = \"hash\", visa = \"mask\" }\n\
+         [[source.redaction.patterns]]\nname = \"email\"\nregex = \"(\"\n\
+         [catalog]\nuri = \"http://x\"\n",
+    )
+    .unwrap();
+    let path = bad.to_str().unwrap();
+    let out = floe(&["validate", path]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        format!("{path}:5:23: a detector is one of private_key, jwt,"),
+        format!("{path}:6:10: an action is \"mask\", \"hash\""),
+        format!("{path}:7:35: \"visa\" is no detector"),
+        format!("{path}:9:8: a pattern's name is its own"),
+        format!("{path}:10:9: pattern email: regex parse error"),
+    ] {
+        assert!(
+            stderr.contains(&expected),
+            "missing {expected:?} in\n{stderr}"
+        );
+    }
+    // Valid, but hashing without its key: `validate` passes, `run` refuses to start.
+    let hashing = dir.join("hash.toml");
+    std::fs::write(
+        &hashing,
+        "version = 1\nname = \"x\"\n[source.kafka]\n[source.redaction]\n\
+         hash_key_env = \"FLOE_TEST_NO_SUCH_KEY\"\nactions = { email = \"hash\" }\n\
+         [catalog]\nuri = \"http://127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let out = floe(&["validate", hashing.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = floe(&["run", hashing.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("environment variable FLOE_TEST_NO_SUCH_KEY"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

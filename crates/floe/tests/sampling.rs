@@ -38,8 +38,15 @@ const START_NS: u64 = 1_760_000_000_000_000_000;
 const SLOW_MS: u64 = 100;
 const PERCENT: u64 = 5;
 
-/// The Floe job: the Collector's topic, the same policies in Floe's words.
-fn job(dir: &Path, brokers: &str, topic: &str, catalog: &str, run: &str) -> std::path::PathBuf {
+/// The Floe job: the Collector's topic, the same policies in Floe's words; `sampling` is the
+/// operator's timing, `land_spans` whether `otel_spans` lands, `extra` more TOML.
+fn job(
+    dir: &Path,
+    (brokers, topic, catalog, run): (&str, &str, &str, &str),
+    sampling: &str,
+    land_spans: bool,
+    extra: &str,
+) -> std::path::PathBuf {
     let text = format!(
         r#"version = 1
 name = "sampling"
@@ -62,7 +69,7 @@ out_of_orderness = "1s"
 id = "sampled"
 kind = "tail_sampling"
 input = "spans"
-sampling = {{ decision_wait = "5s", decision_ttl = "1m" }}
+sampling = {sampling}
 
 [[operators.policies]]
 name = "node1-server-errors"
@@ -96,12 +103,14 @@ sampling_percentage = {PERCENT}
 
 [tables.spans]
 name = "otel_spans"
+land = {land_spans}
 [tables.sampled]
 name = "otel_spans_sampled"
 [tables.sampled_decisions]
 name = "otel_trace_decisions"
 [tables.sampled_late]
 name = "otel_spans_sampled_late"
+{extra}
 "#,
         state = dir.join("state").display(),
     );
@@ -143,6 +152,7 @@ fn kept_by_the_collector(brokers: &str, topic: &str) -> (BTreeSet<String>, usize
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn floe_keeps_the_traces_the_collectors_tail_sampling_keeps() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let brokers = service("FLOE_TEST_KAFKA_BROKERS");
     service("FLOE_TEST_PYTHON");
     let dir = temp_dir("sampling");
@@ -205,7 +215,13 @@ async fn floe_keeps_the_traces_the_collectors_tail_sampling_keeps() {
     );
     let floe_dir = dir.join("floe");
     std::fs::create_dir_all(&floe_dir).unwrap();
-    let job = job(&floe_dir, &brokers, &all_topic, &uri, &run);
+    let job = job(
+        &floe_dir,
+        (&brokers, &all_topic, &uri, &run),
+        r#"{ decision_wait = "5s", decision_ttl = "1m" }"#,
+        true,
+        "",
+    );
     let log = floe_dir.join("floe.log");
     let floe = spawn_floe(&job, &log);
     support::wait_committed(&client, ("ts", "sampling"), &all_topic, &ends, &log).await;
@@ -322,4 +338,176 @@ print(by_policy)
             "no trace kept by {policy}: {policies}"
         );
     }
+}
+
+/// The spill test's state budget (the store's least).
+const BUDGET_MIB: u64 = 8;
+/// What the spill test holds undecided, in OTLP protobuf bytes (the most compact form the
+/// spans take; as rows they are larger): this many times the budget.
+const HELD_TIMES_BUDGET: u64 = 8;
+
+/// The two tests load the machine: one at a time, so that neither's timing is the other's.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Undecided traces worth several times `[state] memory` live in RocksDB on disk, not in
+/// memory: the job holds them all (its `decision_wait` is longer than the traffic); its peak
+/// RSS holding eight budgets' worth is at most one budget (and a quarter of the difference)
+/// above its peak holding two; and once a later clock closes them every trace is
+/// decided and every kept trace lands whole — nothing evicted, nothing dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
+async fn undecided_traces_beyond_the_memory_budget_spill_and_nothing_is_dropped() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    use rdkafka::producer::FutureRecord;
+    let brokers = service("FLOE_TEST_KAFKA_BROKERS");
+    service("FLOE_TEST_PYTHON");
+    let dir = temp_dir("sampling-spill");
+    let (catalog, client) = start_catalog(&dir).await;
+    let uri = catalog.uri();
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let topic = format!("ts-spill-{run}");
+    support::create_topic(&brokers, &topic, 2).await;
+    let job = job(
+        &dir,
+        (&brokers, &topic, &uri, &run),
+        r#"{ decision_wait = "1h", decision_ttl = "1m" }"#,
+        false,
+        // librdkafka prefetches up to 64 MiB per partition by default: capped, so that what
+        // the RSS shows is the job's own.
+        &format!(
+            "[state]\nmemory = \"{BUDGET_MIB}MiB\"\n[source.kafka.properties]\n\
+             \"queued.max.messages.kbytes\" = \"4096\"\n"
+        ),
+    );
+    let log = dir.join("floe.log");
+    let floe = spawn_floe(&job, &log);
+    let pid = floe.id();
+    let producer = support::producer(&brokers);
+    let mut generator = Generator::new(7, START_NS);
+    let (mut sent, mut spans, mut exports) = (0u64, 0u64, 0i32);
+    let send = async |bytes: &[u8], partition: i32| {
+        producer
+            .send(
+                FutureRecord::<(), [u8]>::to(&topic)
+                    .partition(partition % 2)
+                    .payload(bytes),
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap();
+    };
+
+    // Two budgets' worth, then the rest: the peak RSS after each. Had the job kept the
+    // traces in memory, the second peak would exceed the first by what came in between (and
+    // more: as rows they are larger than as protobuf); spilled, only the budget may be added.
+    let kib = |field| {
+        support::proc_status(pid, field)
+            .and_then(|v| v.trim_end_matches(" kB").parse::<u64>().ok())
+            .expect("the job runs")
+    };
+    let mut peaks = Vec::new();
+    let mut held = Vec::new();
+    for goal in [(2 * BUDGET_MIB) << 20, (BUDGET_MIB * HELD_TIMES_BUDGET) << 20] {
+        while sent < goal {
+            let [traces, _] = generator.requests(REQUESTS);
+            send(&traces.bytes, exports).await;
+            exports += 1;
+            (sent, spans) = (
+                sent + traces.bytes.len() as u64,
+                spans + traces.items as u64,
+            );
+        }
+        let ends = support::topic_ends(&brokers, &topic);
+        support::wait_committed(&client, ("ts", "sampling"), &topic, &ends, &log).await;
+        peaks.push(kib("VmHWM") << 10);
+        held.push(sent);
+    }
+    let on_disk: u64 = walk(&dir.join("state"));
+    let (grew, more) = (peaks[1].saturating_sub(peaks[0]), held[1] - held[0]);
+    eprintln!(
+        "spill: {spans} spans in {exports} exports, {} MiB as protobuf, held undecided with a \
+         {BUDGET_MIB} MiB budget: peak RSS {} MiB holding {} MiB, {} MiB holding {} MiB; state \
+         on disk {} MiB",
+        sent >> 20,
+        peaks[0] >> 20,
+        held[0] >> 20,
+        peaks[1] >> 20,
+        held[1] >> 20,
+        on_disk >> 20
+    );
+    assert!(
+        grew < (BUDGET_MIB << 20) + more / 4,
+        "peak RSS grew by {} MiB while {} MiB more spans were held",
+        grew >> 20,
+        more >> 20
+    );
+    let decisions = support::metadata_location(&client, "ts", "otel_trace_decisions").await;
+    let early = python(&format!(
+        "import duckdb_offline\nprint(duckdb_offline.connect().sql(\"SELECT count(*) FROM iceberg_scan('{decisions}')\").fetchone()[0])"
+    ));
+    assert_eq!(
+        early.trim(),
+        "0",
+        "a trace was decided before its decision_wait"
+    );
+
+    // The clock an hour and a half on closes every trace.
+    let clock = clock_spans(START_NS + 5_400_000_000_000, 16);
+    for partition in 0..2 {
+        send(&clock.bytes, partition).await;
+    }
+    let ends = support::topic_ends(&brokers, &topic);
+    support::wait_committed(&client, ("ts", "sampling"), &topic, &ends, &log).await;
+    terminate(floe);
+    let (sampled, decisions) = (
+        support::metadata_location(&client, "ts", "otel_spans_sampled").await,
+        support::metadata_location(&client, "ts", "otel_trace_decisions").await,
+    );
+    let out = python(&format!(
+        r#"import duckdb_offline
+con = duckdb_offline.connect()
+con.sql("CREATE TABLE sampled AS SELECT * FROM iceberg_scan('{sampled}') WHERE service_name <> '{CLOCK_SERVICE}'")
+con.sql("CREATE TABLE decisions AS SELECT * FROM iceberg_scan('{decisions}') WHERE service_name <> '{CLOCK_SERVICE}'")
+one = lambda q: con.sql(q).fetchone()[0]
+print(one("SELECT count(*) FROM decisions"), one("SELECT count(DISTINCT trace_id) FROM decisions"),
+      one("SELECT sum(span_count) FROM decisions"), one("SELECT sum(span_count) FROM decisions WHERE sampled"),
+      one("SELECT count(*) FROM sampled"), one("SELECT count(DISTINCT (trace_id, span_id)) FROM sampled"),
+      one("SELECT count(*) FROM (SELECT trace_id FROM sampled EXCEPT SELECT trace_id FROM decisions WHERE sampled)"))
+"#
+    ));
+    let [
+        decided,
+        distinct,
+        counted,
+        kept_spans,
+        landed,
+        landed_distinct,
+        stray,
+    ] = support::numbers::<u64, _>(out.trim());
+    let traces = exports as u64 * REQUESTS as u64;
+    assert_eq!(
+        (decided, distinct),
+        (traces, traces),
+        "every trace decided once"
+    );
+    assert_eq!(counted, spans, "every span counted in its trace's decision");
+    assert_eq!(
+        (landed, landed_distinct, stray),
+        (kept_spans, kept_spans, 0),
+        "every kept trace lands whole"
+    );
+    assert!(kept_spans > 0);
+}
+
+/// The bytes of the files under `dir`.
+fn walk(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => walk(&e.path()),
+            _ => e.metadata().map_or(0, |m| m.len()),
+        })
+        .sum()
 }

@@ -5,7 +5,7 @@
 //!
 //! 1. uninterrupted,
 //! 2. killed (-9) at random instants `FLOE_CHAOS_KILLS` times (default 20),
-//! 3. rescaled from one replica to three and then to two mid-stream,
+//! 3. rescaled from one replica to three, then to two and back to one mid-stream,
 //! 4. stopped with SIGTERM, savepointed, run past the savepoint and killed, then resumed
 //!    with `--from-savepoint` by a rebuilt binary: `FLOE_UPGRADE_BIN`, a second build of
 //!    `floe` from these sources stamped with another `FLOE_BUILD_TAG` (`tests/run` builds
@@ -430,12 +430,15 @@ async fn rescaled(f: &Fixture) -> Scenario {
     // The third replica stops only once all three have committed: how long the rebalance and
     // the first commits take depends on the machine, the point of the run does not.
     f.wait_for_writers(&s, 3).await;
-    // 3 → 2: one stops; its partitions move once its session times out.
+    // 3 → 2: one stops; its partitions (and their state) move to the other two.
     terminate(third);
+    f.produce(&mut s, 5 * RECORDS / 6).await;
+    f.wait_caught_up(&s).await;
+    // 2 → 1: the first replica takes every partition back.
+    terminate(second);
     f.produce(&mut s, RECORDS).await;
     f.wait_caught_up(&s).await;
     terminate(first);
-    terminate(second);
     s
 }
 

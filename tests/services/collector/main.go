@@ -1,8 +1,8 @@
 // Command floe-otelcol is the OpenTelemetry Collector distribution Floe's tests run as the
 // producer in front of Kafka: the OTLP receiver (gRPC and HTTP), the batch processor and the
-// contrib Kafka exporter — the path users run — and the contrib span metrics connector and
-// tail sampling processor, the Collector's RED and sampling, which tests measure Floe's
-// against; built from the Go module proxy at one
+// contrib Kafka exporter — the path users run — and the contrib span metrics connector, tail
+// sampling and redaction processors, the Collector's RED, sampling and PII redaction, which
+// tests measure Floe's against; built from the Go module proxy at one
 // release (see go.mod) the way the Collector builder (ocb) lays out a distribution.
 package main
 
@@ -11,6 +11,7 @@ import (
 
 	"github.com/open-telemetry/opentelemetry-collector-contrib/connector/spanmetricsconnector"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/exporter/kafkaexporter"
+	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/redactionprocessor"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/tailsamplingprocessor"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/connector"
@@ -36,6 +37,7 @@ func components() (otelcol.Factories, error) {
 	if factories.Processors, err = otelcol.MakeFactoryMap[processor.Factory](
 		batchprocessor.NewFactory(),
 		tailsamplingprocessor.NewFactory(),
+		redactionprocessor.NewFactory(),
 	); err != nil {
 		return factories, err
 	}
