@@ -407,7 +407,10 @@ async fn undecided_traces_beyond_the_memory_budget_spill_and_nothing_is_dropped(
     };
     let mut peaks = Vec::new();
     let mut held = Vec::new();
-    for goal in [(2 * BUDGET_MIB) << 20, (BUDGET_MIB * HELD_TIMES_BUDGET) << 20] {
+    for goal in [
+        (2 * BUDGET_MIB) << 20,
+        (BUDGET_MIB * HELD_TIMES_BUDGET) << 20,
+    ] {
         while sent < goal {
             let [traces, _] = generator.requests(REQUESTS);
             send(&traces.bytes, exports).await;
