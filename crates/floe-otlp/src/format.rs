@@ -46,12 +46,21 @@ impl OtlpFormat {
         self
     }
 
-    /// `text` with whatever the redactor finds in it masked (a refused record's reason may
-    /// quote the record).
+    /// A refused record's reason, which may quote the record: with redaction on, every quoted
+    /// value in it becomes its length (what a decoder quotes may be cut short, too short for
+    /// a detector to recognise), and whatever the redactor finds in the rest is masked.
     fn redact_reason(&self, text: String) -> String {
+        static QUOTED: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+            regex::Regex::new(r#""(?:[^"\\]|\\.)*"?|`[^`]*`?"#).expect("a valid pattern")
+        });
         let Some((redactor, _)) = &self.redaction else {
             return text;
         };
+        let text = QUOTED
+            .replace_all(&text, |c: &regex::Captures<'_>| {
+                format!("<{} characters withheld>", c[0].chars().count())
+            })
+            .into_owned();
         match redactor.redact(None, &text, &mut |_| {}) {
             floe_pii::Outcome::Replaced(new) => new,
             floe_pii::Outcome::Kept => text,

@@ -469,7 +469,7 @@ impl<'a> Obj<'a> {
 fn short(value: &Value) -> String {
     let mut text = value.to_string();
     if text.len() > 40 {
-        text.truncate(40);
+        text.truncate(text.floor_char_boundary(40));
         text.push('…');
     }
     text

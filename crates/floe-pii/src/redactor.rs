@@ -210,8 +210,12 @@ impl Redactor {
         if hashes && rules.hash_key.as_ref().is_none_or(Vec::is_empty) {
             return Err(RulesError::NoHashKey);
         }
-        let set = RegexSet::new(finders.iter().map(|(_, r, _)| r.as_str()))
-            .expect("the patterns compiled one by one");
+        let set = RegexSet::new(finders.iter().map(|(_, r, _)| r.as_str())).map_err(|e| {
+            RulesError::Pattern {
+                name: "(all patterns together)".into(),
+                reason: e.to_string(),
+            }
+        })?;
         Ok(Self {
             set,
             finders,
@@ -219,6 +223,27 @@ impl Redactor {
             keys: rules.keys.clone(),
             hash_key: rules.hash_key.clone(),
         })
+    }
+
+    /// Whether attribute `key`'s values are never scanned (`allow_keys`).
+    pub fn allows(&self, key: &str) -> bool {
+        self.allow_keys.contains(key)
+    }
+
+    /// The action on attribute `key`'s values whatever they hold (`keys`), if any.
+    pub fn key_rule(&self, key: &str) -> Option<Action> {
+        self.keys.get(key).copied()
+    }
+
+    /// What `action` makes of `text` when it applies to all of it (a key's rule): the
+    /// replacement, or the drop.
+    pub fn apply_whole(&self, action: Action, text: &str) -> Outcome {
+        match action {
+            Action::Flag => Outcome::Kept,
+            Action::DropAttribute => Outcome::DropAttribute,
+            Action::DropRecord => Outcome::DropRecord,
+            Action::Mask | Action::Hash => Outcome::Replaced(self.replace(action, text)),
+        }
     }
 
     /// Redacts `text`, the value of attribute `key` (`None` for a log body or another
@@ -238,40 +263,45 @@ impl Redactor {
                     finder: Finder::Key,
                     action,
                 });
-                return match action {
-                    Action::Flag => Outcome::Kept,
-                    Action::DropAttribute => Outcome::DropAttribute,
-                    Action::DropRecord => Outcome::DropRecord,
-                    Action::Mask | Action::Hash => Outcome::Replaced(self.replace(action, text)),
-                };
+                return self.apply_whole(action, text);
             }
         }
-        let matched = self.set.matches(text);
-        if !matched.matched_any() {
+        // The common case, without allocating: nothing matches.
+        if !self.set.is_match(text) {
             return Outcome::Kept;
         }
+        let matched = self.set.matches(text);
         // (start, end, precedence) of every validated candidate.
         let mut candidates: Vec<(usize, usize, usize)> = Vec::new();
         for i in matched.iter() {
             let (finder, regex, _) = &self.finders[i];
             for caps in regex.captures_iter(text) {
                 let m = caps.name("v").or_else(|| caps.get(0)).expect("a match");
-                let valid = match finder {
+                let len = match finder {
                     Finder::Builtin(d) => {
                         d.validate(m.as_str(), &text[..m.start()], &text[m.end()..])
                     }
-                    _ => true,
+                    _ => Some(m.len()),
                 };
-                if valid && !m.is_empty() {
-                    candidates.push((m.start(), m.end(), i));
+                if let Some(len) = len.filter(|l| *l > 0) {
+                    candidates.push((m.start(), m.start() + len, i));
                 }
             }
         }
-        // Precedence first, then position: each kept finding excludes what overlaps it.
-        candidates.sort_by_key(|&(start, _, i)| (i, start));
+        // Precedence first, then position: each kept finding excludes what overlaps it —
+        // except that a flag excludes nothing (flags are placed last, where still free).
+        let flag = |i: usize| self.finders[i].2 == Action::Flag;
+        candidates.sort_by_key(|&(start, _, i)| (flag(i), i, start));
+        // Kept findings by start → end: an overlap is the one starting last before the end.
+        let mut taken: BTreeMap<usize, usize> = BTreeMap::new();
         let mut kept: Vec<(usize, usize, usize)> = Vec::new();
         for c in candidates {
-            if kept.iter().all(|k| c.1 <= k.0 || c.0 >= k.1) {
+            let free = taken
+                .range(..c.1)
+                .next_back()
+                .is_none_or(|(_, &end)| end <= c.0);
+            if free {
+                taken.insert(c.0, c.1);
                 kept.push(c);
             }
         }
@@ -404,6 +434,65 @@ mod tests {
             let (outcome, found) = run(&r, None, text);
             assert_eq!((outcome, found), (Outcome::Kept, vec![]), "{text}");
         }
+    }
+
+    #[test]
+    fn values_next_to_other_text_are_found_and_odd_input_does_not_panic() {
+        let r = redactor(Rules::default());
+        for (text, masked) in [
+            (
+                "card 4111 1111 1111 1111 12/27",
+                "card **** **** **** **** 12/27",
+            ),
+            ("net 10.0.0.1/24", "net **.*.*.*/24"),
+            ("peers 10.0.0.1 10.0.0.2", "peers **.*.*.* **.*.*.*"),
+            (
+                "pay ES91 2100 0418 4502 0005 1332 EUR",
+                "pay **** **** **** **** **** **** EUR",
+            ),
+            ("from fe80::1: refused", "from ****::*: refused"),
+            (
+                "iban de89 3704 0044 0532 0130 00",
+                "iban **** **** **** **** **** **",
+            ),
+        ] {
+            assert_eq!(
+                run(&r, None, text).0,
+                Outcome::Replaced(masked.into()),
+                "{text}"
+            );
+        }
+        // Non-ASCII digits are no digits: no finding, no panic.
+        assert_eq!(
+            run(&r, None, "DE1\u{0969}3704004405320130").0,
+            Outcome::Kept
+        );
+        assert_eq!(
+            run(&r, None, "\u{0967}\u{0968}\u{0969}-45-6789 é").0,
+            Outcome::Kept
+        );
+    }
+
+    #[test]
+    fn a_flag_does_not_shield_what_it_overlaps() {
+        let r = redactor(Rules {
+            patterns: vec![UserPattern {
+                name: "contact".into(),
+                regex: r"contact \S+".into(),
+                action: Action::Flag,
+            }],
+            ..Rules::default()
+        });
+        let (outcome, found) = run(&r, None, "contact jane@example.com");
+        assert_eq!(
+            outcome,
+            Outcome::Replaced("contact ****@*******.***".into())
+        );
+        assert_eq!(
+            found,
+            ["email:mask"],
+            "the flag overlapping the mask is not placed"
+        );
     }
 
     #[test]

@@ -32,9 +32,14 @@
 //!   enough to hold every trace in flight, and its default 50,000 — with the traces it
 //!   dropped before their decision (which Floe, holding them in RocksDB, keeps whole).
 //!
+//! * (i) (a) with `jobs/otlp-pii.toml`'s `[source.redaction]`: every string of every span
+//!   scanned by every detector before it is written: (i)/(a), target ≥ 0.8 (issue 29);
+//! * (j) the Collector's contrib redaction processor with Floe's detectors' patterns as
+//!   `blocked_values`, over OTLP/HTTP: spans per CPU-second against (i).
+//!
 //! `FLOE_BENCH_SPANS` sets the volume (default 2,000,000); `FLOE_BENCH_JOBS` the jobs that
-//! run, by letter (default `abcdefgh`). (e) and (h) need `FLOE_TEST_OTELCOL`; they are
-//! skipped without it.
+//! run, by letter (default `abcdefghij`). (e), (h) and (j) need `FLOE_TEST_OTELCOL`; they
+//! are skipped without it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -218,9 +223,10 @@ impl Run {
     }
 }
 
-/// The pipeline of shipped job `file`: everything from its `from` section on (its streams'
-/// settings and operators; the bench's own job gives the source, catalog and checkpoints).
-fn shipped(file: &str, from: &str) -> String {
+/// Part of shipped job `file`: from its `from` section to its `until` section (or the end)
+/// — its pipeline, or its redaction; the bench's own job gives the source, catalog and
+/// checkpoints.
+fn shipped(file: &str, from: &str, until: Option<&str>) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../jobs")
         .join(file);
@@ -228,7 +234,48 @@ fn shipped(file: &str, from: &str) -> String {
     let at = text
         .find(from)
         .unwrap_or_else(|| panic!("{file} has no {from}"));
-    text[at..].to_string()
+    let end = until.map_or(text.len(), |u| {
+        at + text[at..]
+            .find(u)
+            .unwrap_or_else(|| panic!("{file} has no {u} after {from}"))
+    });
+    text[at..end].to_string()
+}
+
+/// (j): the Collector's redaction processor with Floe's detectors' patterns as
+/// `blocked_values`, every key allowed, to the debug exporter.
+fn collector_redaction() -> String {
+    let patterns: Vec<String> = floe_pii::Detector::ALL
+        .iter()
+        .map(|d| format!("      - '{}'", d.pattern().replace('\'', "''")))
+        .collect();
+    format!(
+        r#"receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: ${{env:OTLP_HTTP_ENDPOINT}}
+processors:
+  redaction:
+    allow_all_keys: true
+    summary: silent
+    blocked_values:
+{}
+exporters:
+  debug:
+    verbosity: basic
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [redaction]
+      exporters: [debug]
+"#,
+        patterns.join("\n")
+    )
 }
 
 /// Which jobs run: `FLOE_BENCH_JOBS` (their letters, e.g. `ab`), all by default — to time or
@@ -392,6 +439,8 @@ async fn main() {
         // one (else a closed port: each delivery fails, is counted and retried).
         env: vec![
             ("FLOE_ALERTS_TOPIC", format!("bench_alerts_{run_id}")),
+            // jobs/otlp-pii.toml hashes e-mail addresses.
+            ("FLOE_PII_HASH_KEY", "bench-only-key".to_string()),
             (
                 "FLOE_PROMETHEUS_URL",
                 std::env::var("FLOE_TEST_PROMETHEUS_URL")
@@ -400,8 +449,9 @@ async fn main() {
         ],
     };
     let exchange = |name: &str| format!("bench_{name}_{run_id}");
-    let recipe_text = shipped("otlp-red.toml", "[[operators]]");
-    let sampling_text = shipped("otlp-tail-sampling.toml", "[streams.spans]");
+    let recipe_text = shipped("otlp-red.toml", "[[operators]]", None);
+    let sampling_text = shipped("otlp-tail-sampling.toml", "[streams.spans]", None);
+    let redaction_text = shipped("otlp-pii.toml", "[source.redaction]", Some("[catalog]"));
     let edges_text = format!("{EXCHANGE_ONLY}{EDGES}");
 
     let only = Only::from_env();
@@ -467,6 +517,10 @@ async fn main() {
         true => Some(bench.run("sampling", &sampling_text, &[]).await),
         false => None,
     };
+    let redacted = match only.wants('i') {
+        true => Some(bench.run("redacted", &redaction_text, &[]).await),
+        false => None,
+    };
     let none = std::time::Duration::ZERO;
     let collector_red = match only.wants('e') {
         true => {
@@ -482,6 +536,19 @@ async fn main() {
         false => None,
     };
     let span_metrics = collector_red.map(|(run, _)| run);
+    let redaction_config = collector_redaction();
+    let collector_redacting = match only.wants('j') {
+        true => collector(
+            &dir,
+            ("redaction", &redaction_config, &[]),
+            &payloads,
+            none,
+            false,
+        )
+        .await
+        .map(|(run, _)| run),
+        false => None,
+    };
     // (h) twice: every trace in flight held (its cost), then its default bound (what it
     // loses). Past the decision_wait before its counts are read.
     let wait = std::time::Duration::from_secs(11);
@@ -520,6 +587,14 @@ async fn main() {
         (
             &span_metrics,
             "(e) Collector span metrics connector, OTLP/HTTP",
+        ),
+        (
+            &redacted,
+            "(i) (a) + redaction, jobs/otlp-pii.toml's [source.redaction]",
+        ),
+        (
+            &collector_redacting,
+            "(j) Collector redaction processor, Floe's patterns, OTLP/HTTP",
         ),
     ];
     for (run, label) in rows {
@@ -560,6 +635,20 @@ async fn main() {
             "(g)/(a) = {:.2} sustained, {:.2} per CPU-second",
             plain.input_seconds / sampling.input_seconds,
             plain.cpu / sampling.cpu.max(0.01)
+        );
+    }
+    if let (Some(plain), Some(redacted)) = (&plain, &redacted) {
+        println!(
+            "(i)/(a) = {:.2} sustained (target ≥ 0.80), {:.2} per CPU-second",
+            plain.input_seconds / redacted.input_seconds,
+            plain.cpu / redacted.cpu.max(0.01)
+        );
+    }
+    if let (Some(redacted), Some(c)) = (&redacted, &collector_redacting) {
+        println!(
+            "spans per CPU-second (i)/(j) = {:.2} (Floe's job redacting, spans landed too, over \
+             the Collector's redaction processor)",
+            c.cpu / redacted.cpu.max(0.01)
         );
     }
     if let (Some(plain), Some(exchanged)) = (&plain, &exchanged) {

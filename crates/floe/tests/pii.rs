@@ -6,8 +6,9 @@
 //! through Kafka into `floe run` with `[source.redaction]`, once uninterrupted and once
 //! killed -9 ten times. Then:
 //!
-//! * every string of every Parquet file Floe wrote (data, findings, dead letters), read with
-//!   pyarrow, and the job's log hold none of the injected values;
+//! * every string of every Parquet file Floe wrote (data, findings, dead letters; committed
+//!   or not, but for those a kill cut short, which no engine can read), read with pyarrow,
+//!   and the job's log hold none of the injected values;
 //! * the decoys landed as sent;
 //! * `otel_pii_findings` counts exactly what was injected per signal, field and detector,
 //!   and the killed run's findings equal the uninterrupted run's, row for row;
@@ -450,19 +451,25 @@ def strings(array):
     if pyarrow.types.is_struct(t):
         return [s for i in range(t.num_fields) for s in strings(array.field(i))]
     return []
-files, texts, leaks = 0, 0, []
+files, texts, leaks, unreadable = 0, 0, [], 0
 for root, _, names in os.walk('{dir}/warehouse'):
     for name in names:
         if not name.endswith('.parquet'):
             continue
+        try:
+            table = pq.read_table(os.path.join(root, name))
+        except pyarrow.ArrowInvalid:
+            # A file a killed incarnation was writing: never committed, unreadable by any
+            # engine (and what went into it was redacted before).
+            unreadable += 1
+            continue
         files += 1
-        table = pq.read_table(os.path.join(root, name))
         blob = '\n'.join(s for column in table.columns for chunk in column.chunks for s in strings(chunk))
         texts += len(blob)
         leaks += [v for v in values if v in blob]
 con = duckdb_offline.connect()
 def one(q): return con.sql(q).fetchone()[0]
-out = {{"files": files, "chars": texts, "leaks": leaks[:5], "leaked": len(leaks)}}
+out = {{"files": files, "unreadable": unreadable, "chars": texts, "leaks": leaks[:5], "leaked": len(leaks)}}
 f = tables["clean.otel_pii_findings"]
 out["findings"] = con.sql(f"SELECT signal, field, detector, sum(count)::BIGINT FROM iceberg_scan('{{f}}') GROUP BY ALL ORDER BY ALL").fetchall()
 cols = "ts, service_name, signal, field, detector, action, count, kafka_topic, kafka_partition, kafka_offset, kafka_item"

@@ -1,8 +1,12 @@
 //! Redaction of decoded OTLP records before any row is built (`[redaction]`, issue 29).
 //!
 //! Every string a table carries is scanned by one [`Redactor`]: resource, scope, span,
-//! event, link, log, data point, exemplar and profile attributes (and every string nested in
-//! their arrays and kvlists), log bodies, span names and status messages. A finding is masked
+//! event, link, log, data point, exemplar, metric metadata and profile attributes (and every
+//! string nested in their arrays and kvlists), log bodies, span and event names, status
+//! messages, log event names and metric descriptions. A key's rule (`keys`) applies whatever
+//! the value's type. Not scanned: attribute keys, identifiers and names the protocol defines
+//! (metric and scope names, trace states, units, schema URLs) and profiles' symbol tables
+//! (function and file names), and numbers unless a key's rule names them. A finding is masked
 //! or hashed in place, its attribute (or nested entry, or the body) removed, or the span, log
 //! record, data point or profile sample that holds it dropped — one on a resource or scope
 //! drops everything under it. Each finding is counted under (minute of the item's event
@@ -57,20 +61,25 @@ struct Scan<'a> {
 }
 
 impl Scan<'_> {
+    /// Counts one finding at `field`.
+    fn count(&mut self, field: &str, finder: &str, action: Action) {
+        let at = (
+            self.minute,
+            self.service.clone(),
+            self.signal,
+            field.to_string(),
+            finder.to_string(),
+            action,
+        );
+        *self.findings.0.entry(at).or_default() += 1;
+    }
+
     /// Redacts `text` (the value of `key`, at `field`) in place.
     fn text(&mut self, field: &str, key: Option<&str>, text: &mut String) -> Verdict {
         let mut found: Vec<Finding> = Vec::new();
         let outcome = self.redactor.redact(key, text, &mut |f| found.push(f));
         for f in found {
-            let at = (
-                self.minute,
-                self.service.clone(),
-                self.signal,
-                field.to_string(),
-                f.finder.name().to_string(),
-                f.action,
-            );
-            *self.findings.0.entry(at).or_default() += 1;
+            self.count(field, f.finder.name(), f.action);
         }
         match outcome {
             Outcome::Kept => Verdict::Keep,
@@ -84,8 +93,28 @@ impl Scan<'_> {
     }
 
     /// Redacts every string in `value`; entries of nested arrays and kvlists that must go are
-    /// removed.
+    /// removed. A key allowed is not looked into; a key's rule applies to its value whatever
+    /// its type (a number or a kvlist masked or hashed becomes a string).
     fn value(&mut self, field: &str, key: Option<&str>, value: &mut AnyValue) -> Verdict {
+        if let Some(key) = key {
+            if self.redactor.allows(key) {
+                return Verdict::Keep;
+            }
+            let string = matches!(value.value, Some(any_value::Value::StringValue(_)));
+            if let (Some(action), false) = (self.redactor.key_rule(key), string) {
+                let text = crate::rows::any_to_string(value);
+                self.count(field, "key", action);
+                return match self.redactor.apply_whole(action, &text) {
+                    Outcome::Replaced(new) => {
+                        value.value = Some(any_value::Value::StringValue(new));
+                        Verdict::Keep
+                    }
+                    Outcome::Kept => Verdict::Keep,
+                    Outcome::DropAttribute => Verdict::DropAttribute,
+                    Outcome::DropRecord => Verdict::DropRecord,
+                };
+            }
+        }
         match value.value.as_mut() {
             Some(any_value::Value::StringValue(s)) => self.text(field, key, s),
             Some(any_value::Value::ArrayValue(array)) => {
@@ -201,6 +230,8 @@ fn traces(scan: &mut Scan<'_>, data: &mut opentelemetry_proto::tonic::trace::v1:
                     drop |= gone(verdict, &mut status.message);
                 }
                 for event in &mut span.events {
+                    let verdict = scan.text("span.events.name", None, &mut event.name);
+                    drop |= gone(verdict, &mut event.name);
                     drop |= scan.attributes("span.events.attributes", &mut event.attributes);
                 }
                 for link in &mut span.links {
@@ -249,6 +280,10 @@ fn logs(scan: &mut Scan<'_>, data: &mut opentelemetry_proto::tonic::logs::v1::Lo
             sl.log_records.retain_mut(|log| {
                 scan.minute = minute(time(log));
                 let mut drop = scan.attributes("log.attributes", &mut log.attributes);
+                drop |= gone(
+                    scan.text("log.event_name", None, &mut log.event_name),
+                    &mut log.event_name,
+                );
                 if let Some(body) = log.body.as_mut() {
                     match scan.value("log.body", None, body) {
                         Verdict::Keep => {}
@@ -347,6 +382,17 @@ fn metrics(scan: &mut Scan<'_>, data: &mut opentelemetry_proto::tonic::metrics::
                 return false;
             }
             for m in &mut sm.metrics {
+                scan.minute = minute(metric_time(m));
+                // A metric's description and metadata are about all of its points: dropping
+                // "the record" for them empties it.
+                let mut drop = gone(
+                    scan.text("metric.description", None, &mut m.description),
+                    &mut m.description,
+                );
+                drop |= scan.attributes("metric.metadata", &mut m.metadata);
+                if drop {
+                    m.data = None;
+                }
                 match m.data.as_mut() {
                     Some(metric::Data::Gauge(g)) => points(scan, &mut g.data_points),
                     Some(metric::Data::Sum(s)) => points(scan, &mut s.data_points),
@@ -641,6 +687,80 @@ mod tests {
                     "email".into(),
                     "mask".into(),
                     2
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_keys_rule_applies_whatever_the_values_type() {
+        let redactor = Redactor::new(&Rules {
+            keys: [
+                ("card.number".to_string(), Action::Mask),
+                ("profile".to_string(), Action::DropAttribute),
+            ]
+            .into(),
+            allow_keys: ["debug".to_string()].into(),
+            ..Rules::default()
+        })
+        .unwrap();
+        let int = AnyValue {
+            value: Some(any_value::Value::IntValue(4111111111111111)),
+        };
+        let list = AnyValue {
+            value: Some(any_value::Value::KvlistValue(KeyValueList {
+                values: vec![kv("email", s("jane@example.com"))],
+            })),
+        };
+        let nested = AnyValue {
+            value: Some(any_value::Value::KvlistValue(KeyValueList {
+                values: vec![kv("email", s("jane@example.com"))],
+            })),
+        };
+        let mut decoded = Decoded::Logs(LogsData {
+            resource_logs: vec![ResourceLogs {
+                resource: resource("api"),
+                scope_logs: vec![ScopeLogs {
+                    log_records: vec![LogRecord {
+                        time_unix_nano: T0,
+                        attributes: vec![
+                            kv("card.number", int),
+                            kv("profile", list),
+                            kv("debug", nested),
+                        ],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        });
+        let mut findings = Findings::default();
+        redact(&mut decoded, &redactor, &mut findings);
+        let Decoded::Logs(data) = decoded else {
+            unreachable!()
+        };
+        let attributes = &data.resource_logs[0].scope_logs[0].log_records[0].attributes;
+        assert_eq!(
+            attributes.len(),
+            2,
+            "the kvlist under a dropped key is gone"
+        );
+        assert_eq!(text(attributes[0].value.as_ref()), "****************");
+        let debug = crate::rows::any_to_string(attributes[1].value.as_ref().unwrap());
+        assert!(
+            debug.contains("jane@example.com"),
+            "an allowed key is not looked into"
+        );
+        assert_eq!(
+            counts(&findings),
+            [
+                ("api:log.attributes".into(), "key".into(), "mask".into(), 1),
+                (
+                    "api:log.attributes".into(),
+                    "key".into(),
+                    "drop_attribute".into(),
+                    1
                 ),
             ]
         );
