@@ -611,7 +611,8 @@ async fn main() {
     for (_, num_traces, (_, sampled)) in &collector_sampling {
         if let Some(s) = sampled {
             println!(
-                "(h) num_traces {num_traces}: {:.0} traces received, {:.0} dropped before                  their decision, {:.0} late spans decided anew",
+                "(h) num_traces {num_traces}: {:.0} traces received, {:.0} dropped before \
+                 their decision, {:.0} late spans decided anew",
                 s.traces, s.dropped, s.late
             );
         }
