@@ -245,23 +245,13 @@ fn shipped(file: &str, from: &str, until: Option<&str>) -> String {
 /// (j): the Collector's redaction processor with Floe's detectors' patterns as
 /// `blocked_values`, every key allowed, to the debug exporter.
 fn collector_redaction() -> String {
-    let patterns: Vec<String> = floe_pii::Detector::ALL
-        .iter()
-        .map(|d| format!("      - '{}'", d.pattern().replace('\'', "''")))
-        .collect();
     format!(
         r#"receivers:
   otlp:
     protocols:
       http:
         endpoint: ${{env:OTLP_HTTP_ENDPOINT}}
-processors:
-  redaction:
-    allow_all_keys: true
-    summary: silent
-    blocked_values:
-{}
-exporters:
+{}exporters:
   debug:
     verbosity: basic
 service:
@@ -274,7 +264,7 @@ service:
       processors: [redaction]
       exporters: [debug]
 "#,
-        patterns.join("\n")
+        common::support::otelcol::redaction_processor()
     )
 }
 

@@ -539,23 +539,13 @@ print(json.dumps(out, default=str))
 /// The Collector's redaction processor: OTLP/HTTP in, every key allowed, Floe's detectors'
 /// patterns as `blocked_values`, each signal to its Kafka topic.
 fn redaction_config(dir: &Path) -> PathBuf {
-    let patterns: Vec<String> = Detector::ALL
-        .iter()
-        .map(|d| format!("      - '{}'", d.pattern().replace('\'', "''")))
-        .collect();
     let text = format!(
         r#"receivers:
   otlp:
     protocols:
       http:
         endpoint: ${{env:OTLP_HTTP_ENDPOINT}}
-processors:
-  redaction:
-    allow_all_keys: true
-    summary: silent
-    blocked_values:
-{patterns}
-exporters:
+{processors}exporters:
   kafka:
     brokers: ["${{env:KAFKA_BROKERS}}"]
     timeout: 30s
@@ -571,7 +561,7 @@ service:
     logs: {{receivers: [otlp], processors: [redaction], exporters: [kafka]}}
     metrics: {{receivers: [otlp], processors: [redaction], exporters: [kafka]}}
 "#,
-        patterns = patterns.join("\n")
+        processors = support::otelcol::redaction_processor()
     );
     let path = dir.join("redaction.yaml");
     std::fs::write(&path, text).unwrap();

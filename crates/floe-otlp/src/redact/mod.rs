@@ -22,7 +22,7 @@ pub use config::{DEFAULT_HASH_KEY_ENV, RawRedaction, Redaction, check_redaction}
 pub use findings::{FINDINGS_STREAM, FINDINGS_TABLE, FindingsBuilder};
 
 use floe_pii::{Action, Finding, Outcome, Redactor};
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{Exemplar, metric};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
@@ -170,6 +170,13 @@ impl Scan<'_> {
         self.service = service_name(&r.attributes);
         drop
     }
+
+    /// A scope's attributes, counted at `minute` (which the items under it then refine);
+    /// whether everything under it goes.
+    fn scope(&mut self, scope: Option<&mut InstrumentationScope>, minute: i64) -> bool {
+        self.minute = minute;
+        scope.is_some_and(|s| self.attributes("scope.attributes", &mut s.attributes))
+    }
 }
 
 /// A resource's `service.name`, or "".
@@ -215,10 +222,10 @@ fn traces(scan: &mut Scan<'_>, data: &mut opentelemetry_proto::tonic::trace::v1:
             return false;
         }
         rs.scope_spans.retain_mut(|ss| {
-            scan.minute = minute(ss.spans.first().map_or(0, |s| s.start_time_unix_nano));
-            if let Some(scope) = ss.scope.as_mut()
-                && scan.attributes("scope.attributes", &mut scope.attributes)
-            {
+            if scan.scope(
+                ss.scope.as_mut(),
+                minute(ss.spans.first().map_or(0, |s| s.start_time_unix_nano)),
+            ) {
                 return false;
             }
             ss.spans.retain_mut(|span| {
@@ -271,10 +278,10 @@ fn logs(scan: &mut Scan<'_>, data: &mut opentelemetry_proto::tonic::logs::v1::Lo
             return false;
         }
         rl.scope_logs.retain_mut(|sl| {
-            scan.minute = minute(sl.log_records.first().map_or(0, time));
-            if let Some(scope) = sl.scope.as_mut()
-                && scan.attributes("scope.attributes", &mut scope.attributes)
-            {
+            if scan.scope(
+                sl.scope.as_mut(),
+                minute(sl.log_records.first().map_or(0, time)),
+            ) {
                 return false;
             }
             sl.log_records.retain_mut(|log| {
@@ -375,10 +382,10 @@ fn metrics(scan: &mut Scan<'_>, data: &mut opentelemetry_proto::tonic::metrics::
             return false;
         }
         rm.scope_metrics.retain_mut(|sm| {
-            scan.minute = minute(sm.metrics.first().map_or(0, metric_time));
-            if let Some(scope) = sm.scope.as_mut()
-                && scan.attributes("scope.attributes", &mut scope.attributes)
-            {
+            if scan.scope(
+                sm.scope.as_mut(),
+                minute(sm.metrics.first().map_or(0, metric_time)),
+            ) {
                 return false;
             }
             for m in &mut sm.metrics {
@@ -486,10 +493,10 @@ fn profiles(
             return false;
         }
         rp.scope_profiles.retain_mut(|sp| {
-            scan.minute = minute(sp.profiles.first().map_or(0, |p| p.time_unix_nano));
-            if let Some(scope) = sp.scope.as_mut()
-                && scan.attributes("scope.attributes", &mut scope.attributes)
-            {
+            if scan.scope(
+                sp.scope.as_mut(),
+                minute(sp.profiles.first().map_or(0, |p| p.time_unix_nano)),
+            ) {
                 return false;
             }
             sp.profiles.retain_mut(|p| {

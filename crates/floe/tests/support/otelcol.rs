@@ -128,6 +128,22 @@ impl Collector {
     }
 }
 
+/// The `processors:` section of a Collector with the contrib redaction processor configured
+/// as Floe's tests and benchmark compare it: every key allowed, no summary attributes, and
+/// Floe's own detectors' patterns as `blocked_values` — so what differs is what each does
+/// with a match and where it looks.
+pub(crate) fn redaction_processor() -> String {
+    let patterns: Vec<String> = floe_pii::Detector::ALL
+        .iter()
+        .map(|d| format!("      - '{}'", d.pattern().replace('\'', "''")))
+        .collect();
+    format!(
+        "processors:\n  redaction:\n    allow_all_keys: true\n    summary: silent\n    \
+         blocked_values:\n{}\n",
+        patterns.join("\n")
+    )
+}
+
 /// The service of [`clock_spans`]: tests leave it out of what they compare.
 pub(crate) const CLOCK_SERVICE: &str = "floe-clock";
 
