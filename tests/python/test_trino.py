@@ -1,4 +1,4 @@
-"""Trino (the server from Maven Central, opt-in: `tests/run --trino`) against floe-catalog:
+"""Trino (the server from Maven Central, resolved by tests/trino/setup) against floe-catalog:
 Trino creates, writes and reads a table through the REST endpoint, reads a table PyIceberg
 wrote, DuckDB reads what Trino wrote, and Trino's map functions agree on spans whose
 attributes repeated a key on the wire (with Kafka, as `floe run` lands them)."""
@@ -14,10 +14,6 @@ import pytest
 import requests
 from conftest import BROKERS, attach, land_otlp, start_catalog
 from pyiceberg.catalog import load_catalog
-
-pytestmark = pytest.mark.skipif(
-    os.environ.get("FLOE_TEST_TRINO") != "1", reason="the Trino tier is opt-in: tests/run --trino"
-)
 
 TRINO = pathlib.Path(__file__).resolve().parents[1] / "trino"
 

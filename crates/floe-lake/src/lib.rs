@@ -7,6 +7,7 @@
 //! * [`snapshot`] — snapshots built from iceberg's manifest writers: a row delta (data,
 //!   equality deletes and position deletes in one snapshot, sharing one sequence number);
 //! * [`writer`] — partitioned data writers, equality-delete and position-delete writers;
+//! * [`location`] — file locations with partition directories escaped as Iceberg Java does;
 //! * [`marker`] — `floe.*` commit markers and the ancestry walk that finds them again;
 //! * [`tables`] — a writer's tables: created on first use, evolved by name, batches conformed;
 //! * [`savepoint`] — named, retained checkpoints of a job as tags, and rewinding to one.
@@ -19,6 +20,7 @@
 pub mod commit;
 pub mod error;
 pub mod expire;
+pub mod location;
 pub mod manifests;
 pub mod marker;
 pub mod orphans;

@@ -97,7 +97,7 @@ impl TableOperation for RewriteManifests {
                         if !entry.is_alive() {
                             continue;
                         }
-                        carry_entry(&mut writer, entry, false)?;
+                        carry_entry(&mut writer, entry, spec.spec_id(), false)?;
                     }
                 }
                 written.push(path);

@@ -23,7 +23,7 @@ use crate::error::{ErrorKind, LakeError, LakeResult};
 use crate::rest::LoadedTable;
 use crate::snapshot::{
     Planned, PreparedSnapshot, carry_entry, check_contents, current_manifests, finish,
-    fresh_snapshot_id, manifest_writer,
+    fresh_snapshot_id, manifest_writer, with_sort_order,
 };
 
 /// Summary key carrying a rewrite's unique id (found again after an unknown outcome).
@@ -147,7 +147,12 @@ pub async fn prepare_rewrite(
         let deletes = manifest.content == ManifestContentType::Deletes;
         let mut writer = manifest_writer(table, &path, snapshot_id, spec, deletes)?;
         for entry in entries.iter().filter(|e| e.is_alive()) {
-            carry_entry(&mut writer, entry, removed.contains(entry.file_path()))?;
+            carry_entry(
+                &mut writer,
+                entry,
+                spec.spec_id(),
+                removed.contains(entry.file_path()),
+            )?;
         }
         written.push(path);
         manifests.push(writer.write_manifest_file().await?);
@@ -164,7 +169,7 @@ pub async fn prepare_rewrite(
         let mut writer = manifest_writer(table, &path, snapshot_id, spec, false)?;
         for file in &rewrite.added_data_files {
             // The starting snapshot's sequence number: later deletes still apply.
-            writer.add_file(file.clone(), start_sequence)?;
+            writer.add_file(with_sort_order(file, spec.spec_id()), start_sequence)?;
         }
         written.push(path);
         manifests.insert(0, writer.write_manifest_file().await?);

@@ -23,9 +23,9 @@
 use std::collections::HashMap;
 
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, ManifestEntry, ManifestFile, ManifestList,
-    ManifestListWriter, ManifestWriter, ManifestWriterBuilder, Operation, PartitionSpec, Snapshot,
-    SnapshotReference, SnapshotRetention, Summary,
+    DataContentType, DataFile, DataFileBuilder, FormatVersion, ManifestEntry, ManifestFile,
+    ManifestList, ManifestListWriter, ManifestWriter, ManifestWriterBuilder, Operation,
+    PartitionSpec, Snapshot, SnapshotReference, SnapshotRetention, Summary,
 };
 use iceberg::{TableRequirement, TableUpdate};
 
@@ -82,11 +82,49 @@ pub(crate) fn manifest_writer(
     })
 }
 
-/// Carries a live entry into a rewritten manifest with its snapshot id and sequence numbers,
-/// as EXISTING — or as DELETED when `remove` (the file leaves the table in this snapshot).
+/// `file` as Iceberg Java writes it into a manifest of partition spec `spec_id`: a data or
+/// equality-delete file without a sort order gets 0, the unsorted order. iceberg-rust's
+/// writers leave it null, and Trino 476's `$entries` and `$all_entries` tables fail on a null
+/// one (NullPointerException). Position deletes keep null, as the spec asks: they are sorted
+/// by file and position, not by a table order.
+pub(crate) fn with_sort_order(file: &DataFile, spec_id: i32) -> DataFile {
+    if file.sort_order_id().is_some() || file.content_type() == DataContentType::PositionDeletes {
+        return file.clone();
+    }
+    DataFileBuilder::default()
+        .content(file.content_type())
+        .file_path(file.file_path().to_string())
+        .file_format(file.file_format())
+        .partition(file.partition().clone())
+        .record_count(file.record_count())
+        .file_size_in_bytes(file.file_size_in_bytes())
+        .column_sizes(file.column_sizes().clone())
+        .value_counts(file.value_counts().clone())
+        .null_value_counts(file.null_value_counts().clone())
+        .nan_value_counts(file.nan_value_counts().clone())
+        .lower_bounds(file.lower_bounds().clone())
+        .upper_bounds(file.upper_bounds().clone())
+        .key_metadata(file.key_metadata().map(<[u8]>::to_vec))
+        .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
+        .equality_ids(file.equality_ids())
+        .sort_order_id(0)
+        .first_row_id(file.first_row_id())
+        .partition_spec_id(spec_id)
+        .referenced_data_file(file.referenced_data_file())
+        .content_offset(file.content_offset())
+        .content_size_in_bytes(file.content_size_in_bytes())
+        .build()
+        .expect("every field of a data file is set")
+}
+
+/// Carries a live entry into a rewritten manifest of partition spec `spec_id` with its
+/// snapshot id and sequence numbers, as EXISTING — or as DELETED when `remove` (the file
+/// leaves the table in this snapshot). Its sort order becomes 0 if it had none
+/// ([`with_sort_order`]).
 pub(crate) fn carry_entry(
     writer: &mut ManifestWriter,
     entry: &ManifestEntry,
+    spec_id: i32,
     remove: bool,
 ) -> LakeResult<()> {
     let (Some(seq), Some(snapshot)) = (entry.sequence_number(), entry.snapshot_id()) else {
@@ -99,10 +137,11 @@ pub(crate) fn carry_entry(
         ));
     };
     let file_seq = entry.file_sequence_number.or(Some(seq));
+    let file = with_sort_order(entry.data_file(), spec_id);
     if remove {
-        writer.add_delete_file(entry.data_file().clone(), seq, file_seq)?;
+        writer.add_delete_file(file, seq, file_seq)?;
     } else {
-        writer.add_existing_file(entry.data_file().clone(), snapshot, seq, file_seq)?;
+        writer.add_existing_file(file, snapshot, seq, file_seq)?;
     }
     Ok(())
 }
@@ -298,7 +337,7 @@ async fn prepare_snapshot(table: &LoadedTable, delta: &Delta) -> LakeResult<Prep
         for file in files {
             // A negative sequence number leaves it unassigned: the entry inherits the
             // snapshot's from the manifest list.
-            writer.add_file(file.clone(), -1)?;
+            writer.add_file(with_sort_order(file, spec.spec_id()), -1)?;
         }
         written.push(path);
         manifests.push(writer.write_manifest_file().await?);
@@ -329,7 +368,7 @@ async fn prepare_snapshot(table: &LoadedTable, delta: &Delta) -> LakeResult<Prep
             let mut writer = manifest_writer(table, &path, snapshot_id, spec, deletes)?;
             for entry in manifest.load_manifest(&table.io).await?.entries() {
                 if entry.is_alive() {
-                    carry_entry(&mut writer, entry, true)?;
+                    carry_entry(&mut writer, entry, spec.spec_id(), true)?;
                 }
             }
             written.push(path);

@@ -27,9 +27,7 @@ use iceberg::writer::base_writer::equality_delete_writer::{
     EqualityDeleteFileWriterBuilder, EqualityDeleteWriterConfig,
 };
 use iceberg::writer::file_writer::ParquetWriterBuilder;
-use iceberg::writer::file_writer::location_generator::{
-    DefaultFileNameGenerator, DefaultLocationGenerator,
-};
+use iceberg::writer::file_writer::location_generator::DefaultFileNameGenerator;
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
@@ -38,6 +36,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
 use crate::error::{ErrorKind, LakeError, LakeResult};
+use crate::location::EscapedLocationGenerator;
 use crate::rest::LoadedTable;
 
 /// Rows handed to a file writer at once, so the roll check runs often enough.
@@ -178,7 +177,7 @@ impl WriterOptions {
     ) -> LakeResult<
         RollingFileWriterBuilder<
             ParquetWriterBuilder,
-            DefaultLocationGenerator,
+            EscapedLocationGenerator,
             DefaultFileNameGenerator,
         >,
     > {
@@ -186,7 +185,7 @@ impl WriterOptions {
             ParquetWriterBuilder::new(self.parquet_properties()?, schema),
             self.target_file_size,
             table.io.clone(),
-            DefaultLocationGenerator::new(&table.metadata)?,
+            EscapedLocationGenerator::new(&table.metadata)?,
             self.names(),
         ))
     }
@@ -315,14 +314,14 @@ impl<B: IcebergWriterBuilder> std::fmt::Debug for PartitionedWriter<B> {
 
 /// The partitioned writer of data files.
 pub type DataWriter = PartitionedWriter<
-    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>,
+    DataFileWriterBuilder<ParquetWriterBuilder, EscapedLocationGenerator, DefaultFileNameGenerator>,
 >;
 
 /// The partitioned writer of equality-delete files.
 pub type EqualityDeleteWriter = PartitionedWriter<
     EqualityDeleteFileWriterBuilder<
         ParquetWriterBuilder,
-        DefaultLocationGenerator,
+        EscapedLocationGenerator,
         DefaultFileNameGenerator,
     >,
 >;
