@@ -225,7 +225,9 @@ def cannot_read(engine: str, schema) -> str | None:
     return None
 
 
-def read_spark(args, tables, schemas):
+def spark_session(catalog: str, warehouse: str):
+    """A local Spark session with Iceberg's runtime (FLOE_SPARK_JARS) and the REST catalog at
+    `catalog` as `lake`; timestamps in UTC."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -235,8 +237,8 @@ def read_spark(args, tables, schemas):
         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
         .config("spark.sql.catalog.lake", "org.apache.iceberg.spark.SparkCatalog")
         .config("spark.sql.catalog.lake.type", "rest")
-        .config("spark.sql.catalog.lake.uri", args.catalog)
-        .config("spark.sql.catalog.lake.warehouse", args.warehouse)
+        .config("spark.sql.catalog.lake.uri", catalog)
+        .config("spark.sql.catalog.lake.warehouse", warehouse)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.host", "127.0.0.1")
@@ -245,6 +247,11 @@ def read_spark(args, tables, schemas):
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def read_spark(args, tables, schemas):
+    spark = spark_session(args.catalog, args.warehouse)
     try:
         out = {}
         for table in tables:

@@ -17,10 +17,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use iceberg::spec::{DataContentType, ManifestContentType};
+use iceberg::TableUpdate;
+use iceberg::spec::{DataContentType, ManifestContentType, SnapshotReference, SnapshotRetention};
 
 use crate::error::{ErrorKind, LakeError, LakeResult};
-use crate::marker::{CommitMarker, newest_marker, newest_marker_of};
+use crate::marker::{CommitMarker, checkpoint_tag, newest_marker, newest_marker_of};
 use crate::rest::{CatalogClient, LoadedTable};
 use crate::snapshot::{Delta, PreparedSnapshot, current_manifests, prepare_row_delta};
 
@@ -216,7 +217,18 @@ pub async fn commit_checkpoint_planned(
             let marker = attempt_marker.as_ref().unwrap_or(marker);
             delta.properties.extend(marker.to_properties());
             match prepare_row_delta(&table, &delta).await {
-                Ok(prepared) => pending.push((table, prepared)),
+                Ok(mut prepared) => {
+                    prepared.commit.updates.push(TableUpdate::SetSnapshotRef {
+                        ref_name: checkpoint_tag(&marker.job_id, marker.writer.as_deref()),
+                        reference: SnapshotReference::new(
+                            prepared.snapshot_id,
+                            SnapshotRetention::Tag {
+                                max_ref_age_ms: None,
+                            },
+                        ),
+                    });
+                    pending.push((table, prepared));
+                }
                 Err(e) => {
                     planning_error = Some(e);
                     break;

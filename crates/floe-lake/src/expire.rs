@@ -11,7 +11,8 @@
 //!   added;
 //! * snapshots in `protect` (e.g. the starting snapshot of a running rewrite) and the chain
 //!   above them;
-//! * anything reachable from another branch or tag.
+//! * anything reachable from another branch or tag; of a job's checkpoint tag
+//!   ([`crate::marker::checkpoint_tag`]), which follows `main`, the snapshot it names.
 //!
 //! Files are deleted only after the expiry committed, and only if no remaining snapshot —
 //! including any committed meanwhile — references them. Files of commits still in flight are
@@ -68,21 +69,6 @@ fn main_chain(metadata: &TableMetadata) -> Vec<i64> {
     out
 }
 
-/// Heads of every branch and tag except `main` (iceberg 0.10 exposes refs only through the
-/// serialized metadata).
-fn other_ref_heads(metadata: &TableMetadata) -> Vec<i64> {
-    let json = serde_json::to_value(metadata).unwrap_or_default();
-    json["refs"]
-        .as_object()
-        .map(|refs| {
-            refs.iter()
-                .filter(|(name, _)| name.as_str() != "main")
-                .filter_map(|(_, r)| r["snapshot-id"].as_i64())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Snapshot ids to expire under `settings`.
 pub fn plan_expiry(metadata: &TableMetadata, settings: &ExpireSnapshots) -> Vec<i64> {
     let chain = main_chain(metadata);
@@ -120,8 +106,13 @@ pub fn plan_expiry(metadata: &TableMetadata, settings: &ExpireSnapshots) -> Vec<
         }
     }
     let mut keep: HashSet<i64> = chain.iter().take(keep_through + 1).copied().collect();
-    // Everything another branch or tag can reach stays.
-    for head in other_ref_heads(metadata) {
+    // Everything another branch or tag can reach stays — but a checkpoint tag keeps its own
+    // snapshot only: it follows `main`'s head, and its history is `main`'s.
+    for (name, head) in marker::other_refs(metadata) {
+        if name.starts_with(marker::CHECKPOINT_TAG) {
+            keep.insert(head);
+            continue;
+        }
         let mut next = Some(head);
         while let Some(id) = next.filter(|id| keep.insert(*id)) {
             next = metadata

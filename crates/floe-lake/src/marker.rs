@@ -5,6 +5,13 @@
 //! The lookup walks `main`'s ancestry from the current snapshot, so snapshots added in between
 //! by other writers or by the compactor (which carry no marker of this job) are skipped over.
 //! It never trusts the current snapshot alone.
+//!
+//! **Checkpoint tags.** Each checkpoint also moves a tag, [`checkpoint_tag`], to the snapshot
+//! it commits, in the same commit. Other engines' expiry keeps tagged snapshots: without the
+//! tag, Spark's `rewrite_data_files` followed by `expire_snapshots(retain_last => 1)` removes
+//! the snapshot with the job's newest marker, and the job would start over as if it had never
+//! run. When `main`'s ancestry no longer reaches that marker, the lookup takes the tag's
+//! snapshot — unless `main` was rolled back below it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -30,6 +37,33 @@ pub const STREAMS: &str = "floe.streams";
 /// `<table uuid>:<sequence>`: the newest snapshot of that table the mirror delivered. Expiry
 /// keeps every later snapshot of the table (see [`crate::expire`]).
 pub const MIRRORED: &str = "#sink:";
+
+/// Prefix of the checkpoint tags.
+pub const CHECKPOINT_TAG: &str = "floe-checkpoint.";
+
+/// The tag that names the snapshot of `job_id`'s newest checkpoint (by `writer`, for a job of
+/// replicas) in each table it commits to.
+pub fn checkpoint_tag(job_id: &str, writer: Option<&str>) -> String {
+    match writer {
+        Some(writer) => format!("{CHECKPOINT_TAG}{job_id}.{writer}"),
+        None => format!("{CHECKPOINT_TAG}{job_id}"),
+    }
+}
+
+/// Every ref of a table but `main`, with the snapshot it names (iceberg 0.10 exposes refs only
+/// through the serialized metadata).
+pub fn other_refs(metadata: &TableMetadata) -> Vec<(String, i64)> {
+    let json = serde_json::to_value(metadata).unwrap_or_default();
+    json["refs"]
+        .as_object()
+        .map(|refs| {
+            refs.iter()
+                .filter(|(name, _)| name.as_str() != "main")
+                .filter_map(|(name, r)| Some((name.clone(), r["snapshot-id"].as_i64()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
 
 /// A mirror's position entry value.
 pub fn mirrored_value(table_uuid: &str, sequence: i64) -> String {
@@ -146,7 +180,7 @@ pub fn newest_marker_of(
     job_id: &str,
     writer: Option<&str>,
 ) -> Option<FoundMarker> {
-    main_ancestry(metadata).find_map(|snapshot| {
+    let marker_of = |snapshot: &SnapshotRef| {
         let properties = &snapshot.summary().additional_properties;
         if properties.get(JOB_ID).map(String::as_str) != Some(job_id) {
             return None;
@@ -156,7 +190,25 @@ pub fn newest_marker_of(
             marker,
             snapshot_id: snapshot.snapshot_id(),
         })
-    })
+    };
+    // `main`'s history may have been cut above the job's last checkpoint (another engine's
+    // expiry): its tags still name it. A tag newer than `main`'s head is one `main` was rolled
+    // back from, and does not count.
+    let head = metadata
+        .snapshot_for_ref("main")
+        .map_or(i64::MIN, |s| s.sequence_number());
+    let tagged = other_refs(metadata)
+        .into_iter()
+        .filter(|(name, _)| name.starts_with(CHECKPOINT_TAG))
+        .filter_map(|(_, id)| metadata.snapshot_by_id(id))
+        .filter(|snapshot| snapshot.sequence_number() <= head)
+        .filter_map(|snapshot| Some((snapshot.sequence_number(), marker_of(snapshot)?)));
+    main_ancestry(metadata)
+        .find_map(|snapshot| Some((snapshot.sequence_number(), marker_of(snapshot)?)))
+        .into_iter()
+        .chain(tagged)
+        .max_by_key(|(sequence, _)| *sequence)
+        .map(|(_, found)| found)
 }
 
 /// The snapshots of `main`'s ancestry that `job_id` committed, newest first, as
@@ -234,8 +286,9 @@ mod tests {
         assert_eq!(CommitMarker::from_properties(&props), None);
     }
 
-    /// Table metadata whose `main` holds snapshots 2, 3, … committed by `jobs` in turn, on
-    /// top of snapshot 1, expired (its id stays as the first one's parent).
+    /// Table metadata whose `main` holds snapshots 2, 3, … committed by `jobs` in turn (the
+    /// marker of snapshot `n` at checkpoint `n`), on top of snapshot 1, expired (its id stays
+    /// as the first one's parent).
     fn history(jobs: &[&str]) -> TableMetadata {
         use iceberg::spec::{
             NestedField, Operation, PrimitiveType, Schema, Snapshot, SnapshotReference,
@@ -268,7 +321,15 @@ mod tests {
                 .with_manifest_list(format!("file:///t/metadata/snap-{id}.avro"))
                 .with_summary(Summary {
                     operation: Operation::Append,
-                    additional_properties: HashMap::from([(JOB_ID.to_string(), job.to_string())]),
+                    additional_properties: CommitMarker {
+                        job_id: job.to_string(),
+                        writer: None,
+                        checkpoint_id: id as u64,
+                        positions: BTreeMap::from([("p/0".into(), id.to_string())]),
+                        operators: BTreeMap::new(),
+                        streams: BTreeMap::new(),
+                    }
+                    .to_properties(),
                 })
                 .with_schema_id(metadata.current_schema_id())
                 .build();
@@ -295,5 +356,100 @@ mod tests {
             landed_by_other_job(&history(&["old", "older"]), "new"),
             Some("older".to_string())
         );
+    }
+
+    /// What Spark's `rewrite_data_files` then `expire_snapshots(retain_last => 1)` leave: a
+    /// new head without a marker, every older snapshot gone but the tagged ones.
+    fn rewritten_and_expired(metadata: TableMetadata, tags: &[(&str, i64)]) -> TableMetadata {
+        use iceberg::spec::{
+            Operation, Snapshot, SnapshotReference, SnapshotRetention, Summary,
+            TableMetadataBuilder,
+        };
+        let head = metadata.current_snapshot().unwrap().clone();
+        let id = head.snapshot_id() + 1;
+        let rewrite = Snapshot::builder()
+            .with_snapshot_id(id)
+            .with_parent_snapshot_id(Some(head.snapshot_id()))
+            .with_sequence_number(id)
+            .with_timestamp_ms(head.timestamp_ms() + 1)
+            .with_manifest_list(format!("file:///t/metadata/snap-{id}.avro"))
+            .with_summary(Summary {
+                operation: Operation::Replace,
+                additional_properties: HashMap::new(),
+            })
+            .with_schema_id(metadata.current_schema_id())
+            .build();
+        let mut builder = TableMetadataBuilder::new_from_metadata(metadata.clone(), None)
+            .add_snapshot(rewrite)
+            .unwrap()
+            .set_ref(
+                "main",
+                SnapshotReference::new(id, SnapshotRetention::branch(None, None, None)),
+            )
+            .unwrap();
+        for (job, snapshot) in tags {
+            let retention = SnapshotRetention::Tag {
+                max_ref_age_ms: None,
+            };
+            builder = builder
+                .set_ref(
+                    &checkpoint_tag(job, None),
+                    SnapshotReference::new(*snapshot, retention),
+                )
+                .unwrap();
+        }
+        let expired: Vec<i64> = metadata
+            .snapshots()
+            .map(|s| s.snapshot_id())
+            .filter(|id| !tags.iter().any(|(_, tagged)| tagged == id))
+            .collect();
+        builder.remove_snapshots(&expired).build().unwrap().metadata
+    }
+
+    #[test]
+    fn a_job_s_newest_marker_survives_another_engine_s_expiry_through_its_tag() {
+        let checkpoint = |metadata: &TableMetadata, job| {
+            newest_marker(metadata, job)
+                .map(|found| (found.snapshot_id, found.marker.checkpoint_id))
+        };
+        let before = history(&["a", "b", "a", "b"]);
+        assert_eq!(checkpoint(&before, "a"), Some((4, 4)));
+        assert_eq!(checkpoint(&before, "b"), Some((5, 5)));
+
+        // Tagged: both jobs' newest markers stay found after main's history was cut.
+        let after = rewritten_and_expired(before.clone(), &[("a", 4), ("b", 5)]);
+        assert_eq!(after.snapshots().count(), 3);
+        assert_eq!(checkpoint(&after, "a"), Some((4, 4)));
+        assert_eq!(checkpoint(&after, "b"), Some((5, 5)));
+        assert_eq!(checkpoint(&after, "c"), None);
+
+        // Rolled back below a tag, `main` is what counts.
+        let rolled_back = {
+            use iceberg::spec::{SnapshotReference, SnapshotRetention, TableMetadataBuilder};
+            let mut metadata = history(&["a", "b", "a", "b"]);
+            for (name, id, retention) in [
+                ("main", 3, SnapshotRetention::branch(None, None, None)),
+                (
+                    &*checkpoint_tag("a", None),
+                    4,
+                    SnapshotRetention::Tag {
+                        max_ref_age_ms: None,
+                    },
+                ),
+            ] {
+                metadata = TableMetadataBuilder::new_from_metadata(metadata, None)
+                    .set_ref(name, SnapshotReference::new(id, retention))
+                    .unwrap()
+                    .build()
+                    .unwrap()
+                    .metadata;
+            }
+            metadata
+        };
+        assert_eq!(checkpoint(&rolled_back, "a"), Some((2, 2)));
+
+        // Untagged, the marker is gone with its snapshot: what the tags are for.
+        let untagged = rewritten_and_expired(before, &[]);
+        assert_eq!(checkpoint(&untagged, "a"), None);
     }
 }

@@ -18,7 +18,7 @@ use iceberg::spec::{SnapshotReference, SnapshotRetention, TableMetadata};
 use iceberg::{NamespaceIdent, TableIdent, TableRequirement, TableUpdate};
 
 use crate::error::{ErrorKind, LakeError, LakeResult};
-use crate::marker::{CommitMarker, JOB_ID, newest_marker};
+use crate::marker::{self, CommitMarker, JOB_ID, newest_marker};
 use crate::rest::{CatalogClient, LoadedTable, TableCommit};
 
 /// The tag of savepoint `name` of `job`.
@@ -41,19 +41,9 @@ pub struct Savepoint {
     pub tables: Vec<(TableIdent, i64)>,
 }
 
-/// Tags of a table: name → snapshot (iceberg 0.10 exposes refs only in the serialized
-/// metadata).
+/// Tags (and branches but `main`) of a table: name → snapshot.
 fn tags(metadata: &TableMetadata) -> HashMap<String, i64> {
-    let json = serde_json::to_value(metadata).unwrap_or_default();
-    json["refs"]
-        .as_object()
-        .map(|refs| {
-            refs.iter()
-                .filter(|(_, r)| r["type"].as_str() == Some("tag"))
-                .filter_map(|(name, r)| Some((name.clone(), r["snapshot-id"].as_i64()?)))
-                .collect()
-        })
-        .unwrap_or_default()
+    marker::other_refs(metadata).into_iter().collect()
 }
 
 fn invalid(message: impl Into<String>) -> LakeError {
@@ -314,7 +304,16 @@ pub async fn rewind(
                 snapshot_id: Some(now),
             },
         ];
-        let updates = match target {
+        // The job's checkpoint tags name snapshots being rewound: they go too (the markers
+        // along `main` are the job's checkpoints again).
+        let checkpoint_tags = tags(&table.metadata).into_keys().filter(|name| {
+            let tag = marker::checkpoint_tag(job, None);
+            *name == tag || name.starts_with(&format!("{tag}."))
+        });
+        let mut updates: Vec<TableUpdate> = checkpoint_tags
+            .map(|ref_name| TableUpdate::RemoveSnapshotRef { ref_name })
+            .collect();
+        updates.extend(match target {
             Some(at) => vec![TableUpdate::SetSnapshotRef {
                 ref_name: "main".into(),
                 reference: SnapshotReference::new(
@@ -332,7 +331,7 @@ pub async fn rewind(
                     ref_name: "main".into(),
                 }]
             }
-        };
+        });
         commits.push(TableCommit {
             ident: table.ident.clone(),
             requirements,
