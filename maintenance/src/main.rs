@@ -174,9 +174,10 @@ async fn task_once(config: &MaintenanceConfig, args: &TaskArgs, dry_run: bool) -
 
 async fn daemon(config: MaintenanceConfig) -> ExitCode {
     let metrics = DaemonMetrics::new();
+    let ready = floe_process::Readiness::default();
     if let Some(listen) = &config.daemon.metrics_listen {
-        match floe_process::serve_metrics(metrics.registry.clone(), listen).await {
-            Ok(addr) => tracing::info!(%addr, "serving /metrics"),
+        match floe_process::serve_metrics(metrics.registry.clone(), listen, ready.clone()).await {
+            Ok(addr) => tracing::info!(%addr, "serving /metrics, /healthz and /readyz"),
             Err(error) => {
                 eprintln!("floe-maintenance: cannot serve metrics on {listen}: {error}");
                 return ExitCode::FAILURE;
@@ -190,6 +191,8 @@ async fn daemon(config: MaintenanceConfig) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The catalog answered and the schedule is set: ready.
+    ready.set(true);
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
     tokio::spawn(async move {

@@ -130,6 +130,14 @@ async fn two_daemons_share_the_schedules_while_a_writer_commits_and_stop_on_sigt
             .await;
         }
         assert_eq!(metric(port, "floe_maintenance_tables").await, 1.0);
+        // The probes a deployment uses: alive, and ready (it schedules).
+        for (path, body) in [("/healthz", "ok\n"), ("/readyz", "ready\n")] {
+            let response = reqwest::get(format!("http://127.0.0.1:{port}{path}"))
+                .await
+                .unwrap();
+            assert_eq!(response.status().as_u16(), 200, "{path}");
+            assert_eq!(response.text().await.unwrap(), body, "{path}");
+        }
     }
     let stop = Instant::now();
     for d in &daemons {

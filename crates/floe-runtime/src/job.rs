@@ -131,9 +131,9 @@ struct RawCatalog {
     uri: Option<Text>,
     /// The warehouse name sent to the catalog.
     warehouse: Option<Text>,
-    /// A bearer token.
+    /// A bearer token (else `FLOE_CATALOG_TOKEN`).
     token: Option<Text>,
-    /// OAuth2 client credentials, `id:secret`.
+    /// OAuth2 client credentials, `id:secret` (else `FLOE_CATALOG_CREDENTIAL`).
     credential: Option<Text>,
     /// The namespace of the job's tables (default `default`).
     namespace: Option<Text>,
@@ -444,8 +444,13 @@ fn catalog(c: &mut Checker<'_>, spanned: &Spanned<RawCatalog>) -> CatalogConfig 
     CatalogConfig {
         uri,
         warehouse: c.opt(r.warehouse.as_ref()),
-        token: c.opt(r.token.as_ref()),
-        credential: c.opt(r.credential.as_ref()),
+        // Unset in the file: the environment's, as floe-maintenance does (a Kubernetes Secret).
+        token: c
+            .opt(r.token.as_ref())
+            .or_else(|| env_value("FLOE_CATALOG_TOKEN")),
+        credential: c
+            .opt(r.credential.as_ref())
+            .or_else(|| env_value("FLOE_CATALOG_CREDENTIAL")),
         namespace: c
             .opt(r.namespace.as_ref())
             .unwrap_or_else(|| "default".into()),
@@ -585,4 +590,9 @@ fn table(
             .collect(),
         land: t.land.unwrap_or(true),
     }
+}
+
+/// An environment variable's value, unless unset or empty.
+fn env_value(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
 }

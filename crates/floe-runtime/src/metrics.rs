@@ -1,4 +1,5 @@
-//! Prometheus metrics of a job, served at `/metrics` when `[metrics] listen` is set.
+//! Prometheus metrics of a job, served at `/metrics` (with the probes `/healthz` and
+//! `/readyz`) when `[metrics] listen` is set.
 
 use std::net::SocketAddr;
 
@@ -10,6 +11,8 @@ use prometheus::{
 #[derive(Debug, Clone)]
 pub struct JobMetrics {
     registry: Registry,
+    /// Set once the job has recovered and reads its sources: `/readyz`.
+    pub ready: floe_process::Readiness,
     /// Rows written, per table.
     pub rows: IntCounterVec,
     /// Payload bytes read, per topic.
@@ -70,6 +73,7 @@ impl JobMetrics {
         let registry = Registry::new();
         let buckets = vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
         let m = Self {
+            ready: floe_process::Readiness::default(),
             rows: IntCounterVec::new(
                 Opts::new("floe_rows_total", "Rows committed, per table"),
                 &["table"],
@@ -250,8 +254,9 @@ impl JobMetrics {
         floe_process::render(&self.registry)
     }
 
-    /// Serves `/metrics` on `listen` in the background; returns the bound address.
+    /// Serves `/metrics`, `/healthz` and `/readyz` on `listen` in the background; returns the
+    /// bound address.
     pub async fn serve(&self, listen: &str) -> std::io::Result<SocketAddr> {
-        floe_process::serve_metrics(self.registry.clone(), listen).await
+        floe_process::serve_metrics(self.registry.clone(), listen, self.ready.clone()).await
     }
 }

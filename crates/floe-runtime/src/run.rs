@@ -665,6 +665,7 @@ impl<R: Reader> Job<R> {
             positions = ?self.start,
             "reading from the committed positions"
         );
+        self.metrics.ready.set(true);
         Ok(())
     }
 

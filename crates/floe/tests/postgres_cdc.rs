@@ -30,7 +30,7 @@ use rand::Rng;
 mod support;
 use support::metadata_location;
 use support::pg::{Fixture, compare, job_file, wait_caught_up};
-use support::{free_port, http_get, kills, python, spawn_floe, terminate};
+use support::{free_port, http_get, http_request, kills, python, spawn_floe, terminate};
 
 const SCHEMA: &str = "
 CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
@@ -390,6 +390,12 @@ async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_
             .unwrap()
             .contains("replication session lost; reconnecting"),
         "the job reconnected"
+    );
+    // The probes a deployment uses: alive, and ready (it recovered and reads).
+    assert_eq!(http_request(metrics_port, "/healthz"), (200, "ok\n".into()));
+    assert_eq!(
+        http_request(metrics_port, "/readyz"),
+        (200, "ready\n".into())
     );
     // The slot's health is served with the job's metrics.
     let metrics = http_get(metrics_port, "/metrics");

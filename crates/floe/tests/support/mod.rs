@@ -122,15 +122,26 @@ pub(crate) fn free_port() -> u16 {
 
 /// The body of `GET http://127.0.0.1:{port}{path}` (plain HTTP/1.0).
 pub(crate) fn http_get(port: u16, path: &str) -> String {
+    http_request(port, path).1
+}
+
+/// The status code and body of `GET path` on `127.0.0.1:port`.
+pub(crate) fn http_request(port: u16, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
-    response
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = response
         .split_once("\r\n\r\n")
         .map(|(_, body)| body.to_string())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    (status, body)
 }
 
 /// A running `floe` process and the file its log goes to (so a failed stop can show why).
