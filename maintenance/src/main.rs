@@ -176,7 +176,9 @@ async fn daemon(config: MaintenanceConfig) -> ExitCode {
     let metrics = DaemonMetrics::new();
     let ready = floe_process::Readiness::default();
     if let Some(listen) = &config.daemon.metrics_listen {
-        match floe_process::serve_metrics(metrics.registry.clone(), listen, ready.clone()).await {
+        match floe_process::serve_metrics(metrics.registry.clone(), listen, ready.clone(), None)
+            .await
+        {
             Ok(addr) => tracing::info!(%addr, "serving /metrics, /healthz and /readyz"),
             Err(error) => {
                 eprintln!("floe-maintenance: cannot serve metrics on {listen}: {error}");

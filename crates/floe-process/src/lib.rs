@@ -1,7 +1,7 @@
 //! What every Floe binary (`floe`, `floe-catalog`, `floe-maintenance`) does as a process:
 //! log to stderr (structured, colour only on a terminal, or JSON lines), stop gracefully on
 //! SIGTERM or SIGINT, and serve its Prometheus registry at `/metrics` with the probes
-//! `/healthz` and `/readyz` beside it.
+//! `/healthz` and `/readyz` and, where the binary has one, its status page at `/` beside it.
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -76,13 +76,18 @@ impl Readiness {
     }
 }
 
+/// A status page: HTML rendered at each request.
+pub type Page = Arc<dyn Fn() -> String + Send + Sync>;
+
 /// Serves, in the background on `listen`, `registry` at `/metrics`, `/healthz` (200 while the
-/// process answers: a liveness probe) and `/readyz` (200 once `ready` is set, 503 before: a
-/// readiness probe); returns the bound address (so `127.0.0.1:0` picks a free port).
+/// process answers: a liveness probe), `/readyz` (200 once `ready` is set, 503 before: a
+/// readiness probe) and `page` at `/`; returns the bound address (so `127.0.0.1:0` picks a
+/// free port).
 pub async fn serve_metrics(
     registry: Registry,
     listen: &str,
     ready: Readiness,
+    page: Option<Page>,
 ) -> std::io::Result<SocketAddr> {
     use axum::routing::get;
     let listener = tokio::net::TcpListener::bind(listen).await?;
@@ -109,6 +114,16 @@ pub async fn serve_metrics(
                 }
             }),
         );
+    let app = match page {
+        Some(page) => app.route(
+            "/",
+            get(move || {
+                let page = page.clone();
+                async move { axum::response::Html(page()) }
+            }),
+        ),
+        None => app,
+    };
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::warn!(error = %e, "metrics server stopped");
@@ -141,9 +156,11 @@ mod tests {
         registry.register(Box::new(counter.clone())).unwrap();
         counter.inc();
         let ready = Readiness::default();
-        let addr = serve_metrics(registry, "127.0.0.1:0", ready.clone())
+        let page: Page = Arc::new(|| "<p>a page</p>".to_string());
+        let addr = serve_metrics(registry, "127.0.0.1:0", ready.clone(), Some(page))
             .await
             .unwrap();
+        assert_eq!(get(addr, "/").await, (200, "<p>a page</p>".into()));
         assert_eq!(get(addr, "/healthz").await, (200, "ok\n".into()));
         assert_eq!(get(addr, "/readyz").await, (503, "starting\n".into()));
         ready.set(true);

@@ -12,6 +12,7 @@ mod landing;
 pub mod metrics;
 pub mod mirror;
 pub mod mirror_config;
+pub mod page;
 mod pipeline;
 mod pipeline_thread;
 pub mod record;

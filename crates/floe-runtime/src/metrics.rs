@@ -1,5 +1,5 @@
 //! Prometheus metrics of a job, served at `/metrics` (with the probes `/healthz` and
-//! `/readyz`) when `[metrics] listen` is set.
+//! `/readyz`, and the status page at `/`) when `[metrics] listen` is set.
 
 use std::net::SocketAddr;
 
@@ -13,6 +13,8 @@ pub struct JobMetrics {
     registry: Registry,
     /// Set once the job has recovered and reads its sources: `/readyz`.
     pub ready: floe_process::Readiness,
+    /// What the status page at `/` shows beyond these metrics.
+    pub page: crate::page::JobPage,
     /// Rows written, per table.
     pub rows: IntCounterVec,
     /// Payload bytes read, per topic.
@@ -74,6 +76,7 @@ impl JobMetrics {
         let buckets = vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
         let m = Self {
             ready: floe_process::Readiness::default(),
+            page: crate::page::JobPage::default(),
             rows: IntCounterVec::new(
                 Opts::new("floe_rows_total", "Rows committed, per table"),
                 &["table"],
@@ -254,9 +257,19 @@ impl JobMetrics {
         floe_process::render(&self.registry)
     }
 
-    /// Serves `/metrics`, `/healthz` and `/readyz` on `listen` in the background; returns the
-    /// bound address.
+    /// Serves the status page at `/`, `/metrics`, `/healthz` and `/readyz` on `listen` in the
+    /// background; returns the bound address.
     pub async fn serve(&self, listen: &str) -> std::io::Result<SocketAddr> {
-        floe_process::serve_metrics(self.registry.clone(), listen, self.ready.clone()).await
+        let (registry, ready, page) =
+            (self.registry.clone(), self.ready.clone(), self.page.clone());
+        let render: floe_process::Page =
+            std::sync::Arc::new(move || page.render(&registry.gather(), ready.is_ready()));
+        floe_process::serve_metrics(
+            self.registry.clone(),
+            listen,
+            self.ready.clone(),
+            Some(render),
+        )
+        .await
     }
 }

@@ -50,6 +50,7 @@ use crate::job::JobConfig;
 use crate::landing::Landing;
 use crate::metrics::JobMetrics;
 use crate::mirror::{MirrorSink, Mirrors};
+use crate::page::CheckpointRow;
 use crate::pipeline::Routed;
 use crate::pipeline_thread::{IN_FLIGHT, LOAD_CHUNK, PipelineThread, Reply, Sealed, Status};
 use crate::sink::{Sink, SinkInput, SinkKind, Sinks};
@@ -813,6 +814,9 @@ impl<R: Reader> Job<R> {
                 Some((t, p)) => (t.to_string(), p.parse().unwrap_or(-1)),
                 None => (name.clone(), -1),
             };
+            self.metrics
+                .page
+                .dead_letter(format!("{name}@{}", dead.offset), &dead.reason);
             self.dead_letters.push(
                 &DeadLetter {
                     topic: Arc::from(topic.as_str()),
@@ -854,6 +858,8 @@ impl<R: Reader> Job<R> {
         self.reader.take(&mut out);
         let ingested_at = now_us();
         for letter in &out.dead_letters {
+            let source = format!("{}/{}@{}", letter.topic, letter.partition, letter.offset);
+            self.metrics.page.dead_letter(source, &letter.reason);
             self.dead_letters.push(letter, ingested_at);
         }
         let mut items = Vec::with_capacity(out.items.len());
@@ -881,6 +887,17 @@ impl<R: Reader> Job<R> {
     async fn abort(&mut self, why: &str) {
         tracing::warn!(job = %self.config.name, why, "dropping what is not committed and seeking again");
         self.metrics.aborted_checkpoints.inc();
+        self.metrics.page.checkpoint(
+            CheckpointRow {
+                id: 0,
+                at_ms: now_us() / 1000,
+                took: Duration::ZERO,
+                commit_took: Duration::ZERO,
+                rows: 0,
+                outcome: format!("dropped: {why}"),
+            },
+            None,
+        );
         let mut dropped = ReadOut::default();
         self.reader.take(&mut dropped);
         self.discard().await;
@@ -1018,6 +1035,17 @@ impl<R: Reader> Job<R> {
                     self.metrics.lag.with_label_values(&[&partition]).set(lag);
                 }
                 self.summary.checkpoints += 1;
+                self.metrics.page.checkpoint(
+                    CheckpointRow {
+                        id: committed.id,
+                        at_ms: now_us() / 1000,
+                        took: committed.took,
+                        commit_took: committed.commit_took,
+                        rows: committed.rows.iter().map(|(_, n)| n).sum(),
+                        outcome: "committed".into(),
+                    },
+                    Some(&self.start),
+                );
                 let dead_rows = committed.rows.first().map_or(0, |(_, r)| *r);
                 self.metrics.dead_letters.inc_by(dead_rows);
                 self.summary.dead_letters += dead_rows;

@@ -307,12 +307,16 @@ async fn run(
     }
 
     let metrics = JobMetrics::new();
+    metrics.page.describe(
+        &config.name,
+        &graph::describe(&config, &RawSource::streams(&source)),
+    );
     if let Some(listen) = &config.metrics_listen {
         let addr = metrics
             .serve(listen)
             .await
             .with_context(|| format!("cannot serve metrics on {listen}"))?;
-        tracing::info!(%addr, "metrics at /metrics");
+        tracing::info!(%addr, "status page at /, metrics at /metrics");
     }
     let bytes = Some(metrics.bytes.clone());
     let runner = Runner {

@@ -350,6 +350,7 @@ async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_
         }
     };
     wait_for("initial snapshot committed").await;
+    let first_page = http_request(metrics_port, "/");
     // The walsender is terminated three times while changes come in.
     for round in 0..3 {
         db.client
@@ -391,6 +392,31 @@ async fn added_columns_and_broken_sessions_are_followed_and_a_type_change_stops_
             .contains("replication session lost; reconnecting"),
         "the job reconnected"
     );
+    // The status page: what the job did, moving on as it works, and nothing from elsewhere.
+    let (status, page) = http_request(metrics_port, "/");
+    assert_eq!((first_page.0, status), (200, 200));
+    let checkpoints = |page: &str| -> u64 {
+        let at = page
+            .find("</b>checkpoints</div>")
+            .expect("a checkpoints tile");
+        let start = page[..at].rfind("<b>").unwrap() + 3;
+        page[start..at].replace(',', "").parse().unwrap()
+    };
+    assert!(
+        checkpoints(&page) > checkpoints(&first_page.1),
+        "the page moved on:\n{page}"
+    );
+    for shown in [
+        "<h2>Pipeline</h2>",
+        "<td>items</td>",
+        "<td>committed</td>",
+        "<svg",
+    ] {
+        assert!(page.contains(shown), "no {shown} in\n{page}");
+    }
+    for elsewhere in ["http://", "https://", "src=", "@import"] {
+        assert!(!page.contains(elsewhere), "{elsewhere} in\n{page}");
+    }
     // The probes a deployment uses: alive, and ready (it recovered and reads).
     assert_eq!(http_request(metrics_port, "/healthz"), (200, "ok\n".into()));
     assert_eq!(
