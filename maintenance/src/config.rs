@@ -291,7 +291,6 @@ impl MaintenanceConfig {
                 format!("catalog uri {uri:?} is not a URL"),
             );
         }
-        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let catalog = CatalogSettings {
             uri,
             warehouse: raw.catalog.warehouse.as_ref().map(|v| c.text(v)),
@@ -300,13 +299,13 @@ impl MaintenanceConfig {
                 .token
                 .as_ref()
                 .map(|v| c.text(v))
-                .or_else(|| env("FLOE_CATALOG_TOKEN")),
+                .or_else(floe_config::catalog_token_from_env),
             credential: raw
                 .catalog
                 .credential
                 .as_ref()
                 .map(|v| c.text(v))
-                .or_else(|| env("FLOE_CATALOG_CREDENTIAL")),
+                .or_else(floe_config::catalog_credential_from_env),
             ..CatalogSettings::default()
         };
         let mut daemon = DaemonSettings::default();

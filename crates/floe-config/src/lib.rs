@@ -103,6 +103,22 @@ pub fn check_version(
     }
 }
 
+/// The catalog bearer token of the environment (`FLOE_CATALOG_TOKEN`), for a config file
+/// that sets none; unset or empty is none.
+pub fn catalog_token_from_env() -> Option<String> {
+    env_value("FLOE_CATALOG_TOKEN")
+}
+
+/// The catalog's OAuth2 `id:secret` of the environment (`FLOE_CATALOG_CREDENTIAL`), for a
+/// config file that sets none; unset or empty is none.
+pub fn catalog_credential_from_env() -> Option<String> {
+    env_value("FLOE_CATALOG_CREDENTIAL")
+}
+
+fn env_value(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
 /// Expands `${VAR}` and `${VAR:-default}` from the environment (`$$` is a literal `$`); an
 /// unset variable without a default is an error naming it.
 pub fn interpolate(value: &str) -> Result<String, String> {

@@ -191,24 +191,22 @@ pub fn newest_marker_of(
             snapshot_id: snapshot.snapshot_id(),
         })
     };
-    // `main`'s history may have been cut above the job's last checkpoint (another engine's
-    // expiry): its tags still name it. A tag newer than `main`'s head is one `main` was rolled
-    // back from, and does not count.
-    let head = metadata
-        .snapshot_for_ref("main")
-        .map_or(i64::MIN, |s| s.sequence_number());
-    let tagged = other_refs(metadata)
-        .into_iter()
-        .filter(|(name, _)| name.starts_with(CHECKPOINT_TAG))
-        .filter_map(|(_, id)| metadata.snapshot_by_id(id))
-        .filter(|snapshot| snapshot.sequence_number() <= head)
-        .filter_map(|snapshot| Some((snapshot.sequence_number(), marker_of(snapshot)?)));
-    main_ancestry(metadata)
-        .find_map(|snapshot| Some((snapshot.sequence_number(), marker_of(snapshot)?)))
-        .into_iter()
-        .chain(tagged)
-        .max_by_key(|(sequence, _)| *sequence)
-        .map(|(_, found)| found)
+    // Along `main`, the first marker found is the newest. Only when `main`'s history was cut
+    // above the job's last checkpoint (another engine's expiry) do its tags name it; a tag
+    // newer than `main`'s head is one `main` was rolled back from, and does not count.
+    main_ancestry(metadata).find_map(marker_of).or_else(|| {
+        let head = metadata
+            .snapshot_for_ref("main")
+            .map_or(i64::MIN, |s| s.sequence_number());
+        other_refs(metadata)
+            .into_iter()
+            .filter(|(name, _)| name.starts_with(CHECKPOINT_TAG))
+            .filter_map(|(_, id)| metadata.snapshot_by_id(id))
+            .filter(|snapshot| snapshot.sequence_number() <= head)
+            .filter_map(|snapshot| Some((snapshot.sequence_number(), marker_of(snapshot)?)))
+            .max_by_key(|(sequence, _)| *sequence)
+            .map(|(_, found)| found)
+    })
 }
 
 /// The snapshots of `main`'s ancestry that `job_id` committed, newest first, as

@@ -306,10 +306,11 @@ pub async fn rewind(
         ];
         // The job's checkpoint tags name snapshots being rewound: they go too (the markers
         // along `main` are the job's checkpoints again).
-        let checkpoint_tags = tags(&table.metadata).into_keys().filter(|name| {
-            let tag = marker::checkpoint_tag(job, None);
-            *name == tag || name.starts_with(&format!("{tag}."))
-        });
+        let tag = marker::checkpoint_tag(job, None);
+        let writers = format!("{tag}.");
+        let checkpoint_tags = tags(&table.metadata)
+            .into_keys()
+            .filter(|name| *name == tag || name.starts_with(&writers));
         let mut updates: Vec<TableUpdate> = checkpoint_tags
             .map(|ref_name| TableUpdate::RemoveSnapshotRef { ref_name })
             .collect();

@@ -447,10 +447,10 @@ fn catalog(c: &mut Checker<'_>, spanned: &Spanned<RawCatalog>) -> CatalogConfig 
         // Unset in the file: the environment's, as floe-maintenance does (a Kubernetes Secret).
         token: c
             .opt(r.token.as_ref())
-            .or_else(|| env_value("FLOE_CATALOG_TOKEN")),
+            .or_else(floe_config::catalog_token_from_env),
         credential: c
             .opt(r.credential.as_ref())
-            .or_else(|| env_value("FLOE_CATALOG_CREDENTIAL")),
+            .or_else(floe_config::catalog_credential_from_env),
         namespace: c
             .opt(r.namespace.as_ref())
             .unwrap_or_else(|| "default".into()),
@@ -590,9 +590,4 @@ fn table(
             .collect(),
         land: t.land.unwrap_or(true),
     }
-}
-
-/// An environment variable's value, unless unset or empty.
-fn env_value(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
 }

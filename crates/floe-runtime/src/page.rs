@@ -15,6 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus::proto::{MetricFamily, MetricType};
 
+use floe_core::DeadLetter;
+
 /// Checkpoints and dead letters the page keeps.
 const KEEP: usize = 30;
 
@@ -88,8 +90,10 @@ impl JobPage {
         s.checkpoints.push_back(row);
     }
 
-    /// A record became a dead letter (`source`: where it was read).
-    pub fn dead_letter(&self, source: String, reason: &str) {
+    /// A record became a dead letter.
+    pub fn dead_letter(&self, letter: &DeadLetter) {
+        let source = format!("{}/{}@{}", letter.topic, letter.partition, letter.offset);
+        let reason = &letter.reason;
         let mut s = self.state();
         if s.dead_letters.len() == KEEP {
             s.dead_letters.pop_front();
@@ -448,7 +452,13 @@ mod tests {
         let page = JobPage::default();
         let evil = "<script>alert('x')</script>&\"";
         page.describe(evil, &format!("spans → table {evil}"));
-        page.dead_letter(format!("topic{evil}/0@1"), evil);
+        page.dead_letter(&DeadLetter {
+            topic: Arc::from(format!("topic{evil}").as_str()),
+            partition: 0,
+            offset: 1,
+            raw: Vec::new(),
+            reason: evil.to_string(),
+        });
         page.checkpoint(
             CheckpointRow {
                 id: 1,

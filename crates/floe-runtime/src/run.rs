@@ -814,19 +814,14 @@ impl<R: Reader> Job<R> {
                 Some((t, p)) => (t.to_string(), p.parse().unwrap_or(-1)),
                 None => (name.clone(), -1),
             };
-            self.metrics
-                .page
-                .dead_letter(format!("{name}@{}", dead.offset), &dead.reason);
-            self.dead_letters.push(
-                &DeadLetter {
-                    topic: Arc::from(topic.as_str()),
-                    partition,
-                    offset: dead.offset,
-                    raw: dead.row.into_bytes(),
-                    reason: dead.reason,
-                },
-                ingested_at,
-            );
+            let letter = DeadLetter {
+                topic: Arc::from(topic.as_str()),
+                partition,
+                offset: dead.offset,
+                raw: dead.row.into_bytes(),
+                reason: dead.reason,
+            };
+            self.dead_letter(&letter, ingested_at);
         }
         let mut inputs = Vec::with_capacity(routed.rows.len() + 1);
         if let Some(batch) = self.dead_letters.take() {
@@ -852,15 +847,19 @@ impl<R: Reader> Job<R> {
         Ok(inputs)
     }
 
+    /// Buffers a dead letter for the checkpoint, and shows it on the status page.
+    fn dead_letter(&mut self, letter: &DeadLetter, ingested_at: i64) {
+        self.metrics.page.dead_letter(letter);
+        self.dead_letters.push(letter, ingested_at);
+    }
+
     /// Hands what the reader read to the operators and the sinks.
     async fn flush(&mut self) -> LakeResult<()> {
         let mut out = ReadOut::default();
         self.reader.take(&mut out);
         let ingested_at = now_us();
         for letter in &out.dead_letters {
-            let source = format!("{}/{}@{}", letter.topic, letter.partition, letter.offset);
-            self.metrics.page.dead_letter(source, &letter.reason);
-            self.dead_letters.push(letter, ingested_at);
+            self.dead_letter(letter, ingested_at);
         }
         let mut items = Vec::with_capacity(out.items.len());
         for item in out.items {
