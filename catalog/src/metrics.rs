@@ -55,6 +55,11 @@ impl Metrics {
         }
     }
 
+    /// The metrics as gathered now (for the status page).
+    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.registry.gather()
+    }
+
     /// The metrics in the Prometheus text format.
     pub fn render(&self) -> String {
         floe_process::render(&self.registry)

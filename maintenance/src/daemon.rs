@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{MaintenanceConfig, Policy};
 use crate::metrics::DaemonMetrics;
+use crate::page::{RunRow, ScheduleRow};
 use crate::state::{StateTable, now_ms, table_name};
 use crate::tasks::{Task, run_task};
 
@@ -160,6 +161,7 @@ impl Daemon {
         let mut next_discovery = Instant::now();
         let mut finished_runs = 0u64;
         tracing::info!(daemon = this.name(), "maintenance daemon started");
+        this.metrics.page.describe(this.name());
         while !shutdown.is_cancelled() {
             if Instant::now() >= next_discovery {
                 if let Err(error) = this.discover(&mut entries).await {
@@ -197,6 +199,9 @@ impl Daemon {
                     (run.name, run.task, run.previous, outcome)
                 });
             }
+            this.metrics
+                .page
+                .schedule(schedule_rows(&entries, &running, Instant::now()));
             let wake = tick.wake;
             let wait = (wake - Utc::now())
                 .to_std()
@@ -298,10 +303,21 @@ impl Daemon {
         };
         self.metrics.running.dec();
         let seconds = started.elapsed().as_secs_f64();
+        let page_row = |ok: bool, detail: String| RunRow {
+            table: name.to_string(),
+            task: task_name.clone(),
+            started_ms,
+            took: started.elapsed(),
+            ok,
+            detail,
+        };
         let outcome = match result {
             Some(Ok(report)) => {
                 tracing::info!(table = %name, %task, seconds, "{}", report.summary);
                 self.metrics.record(name, &task_name, &report, seconds);
+                self.metrics
+                    .page
+                    .run(page_row(true, report.summary.clone()));
                 Outcome::Ran
             }
             Some(Err(error)) => {
@@ -310,6 +326,7 @@ impl Daemon {
                     .runs
                     .with_label_values(&[&task_name, "failed"])
                     .inc();
+                self.metrics.page.run(page_row(false, error.to_string()));
                 Outcome::Failed
             }
             None => {
@@ -318,6 +335,10 @@ impl Daemon {
                     .runs
                     .with_label_values(&[&task_name, "failed"])
                     .inc();
+                self.metrics.page.run(page_row(
+                    false,
+                    "cancelled: the lease was lost to another daemon".to_string(),
+                ));
                 return Outcome::Failed;
             }
         };
@@ -420,6 +441,30 @@ fn tick(
         entry.not_before = None;
     }
     out
+}
+
+/// The schedule as the status page shows it.
+fn schedule_rows(
+    entries: &BTreeMap<(String, Task), Entry>,
+    running: &HashMap<String, Task>,
+    instant: Instant,
+) -> Vec<ScheduleRow> {
+    entries
+        .iter()
+        .map(|((name, task), entry)| ScheduleRow {
+            table: name.clone(),
+            task: task.to_string(),
+            schedule: entry.schedule.source().to_string(),
+            next: entry.next_fire(),
+            state: if running.get(name) == Some(task) {
+                "running"
+            } else if entry.not_before.is_some_and(|t| t > instant) {
+                "waiting for another daemon's lease"
+            } else {
+                "scheduled"
+            },
+        })
+        .collect()
 }
 
 /// How many fires of `entry` are due at `now` (counted up to a bound).

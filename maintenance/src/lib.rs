@@ -11,5 +11,6 @@ pub mod config;
 pub mod daemon;
 pub mod merge;
 pub mod metrics;
+pub mod page;
 pub mod state;
 pub mod tasks;

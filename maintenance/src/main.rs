@@ -176,10 +176,25 @@ async fn daemon(config: MaintenanceConfig) -> ExitCode {
     let metrics = DaemonMetrics::new();
     let ready = floe_process::Readiness::default();
     if let Some(listen) = &config.daemon.metrics_listen {
-        match floe_process::serve_metrics(metrics.registry.clone(), listen, ready.clone(), None)
-            .await
+        let page: floe_process::Page = {
+            let (registry, page, ready) = (
+                metrics.registry.clone(),
+                metrics.page.clone(),
+                ready.clone(),
+            );
+            std::sync::Arc::new(move || page.render(&registry.gather(), ready.is_ready()))
+        };
+        match floe_process::serve_metrics(
+            metrics.registry.clone(),
+            listen,
+            ready.clone(),
+            Some(page),
+        )
+        .await
         {
-            Ok(addr) => tracing::info!(%addr, "serving /metrics, /healthz and /readyz"),
+            Ok(addr) => {
+                tracing::info!(%addr, "serving the status page, /metrics, /healthz and /readyz")
+            }
             Err(error) => {
                 eprintln!("floe-maintenance: cannot serve metrics on {listen}: {error}");
                 return ExitCode::FAILURE;

@@ -35,6 +35,8 @@ pub struct DaemonMetrics {
     pub running: IntGauge,
     /// Tables the policies match.
     pub tables: IntGauge,
+    /// The status page's schedule and latest runs.
+    pub page: crate::page::DaemonPage,
 }
 
 impl Default for DaemonMetrics {
@@ -106,6 +108,7 @@ impl DaemonMetrics {
                 .expect("valid metric"),
             tables: IntGauge::new("floe_maintenance_tables", "Tables the policies match")
                 .expect("valid metric"),
+            page: crate::page::DaemonPage::default(),
         };
         for c in [
             Box::new(m.runs.clone()) as Box<dyn prometheus::core::Collector>,

@@ -3,7 +3,8 @@ tests/tools/chromium) loads `/` of a job landing OTLP spans from Kafka, twice wh
 The numbers move on between the loads; the page makes the browser request nothing from any
 other host (its NetLog lists every URL asked for on the page's behalf); a dead letter whose reason quotes HTML and script shows
 as text, not as markup; a screenshot is kept (FLOE_ARTIFACTS_DIR, default
-~/.cache/floe/artifacts).
+~/.cache/floe/artifacts). Then the catalog's pages (its tables; a table's snapshots) and a
+maintenance daemon's page (its schedule; its runs) load the same way.
 
 Needs FLOE_TEST_KAFKA_BROKERS.
 """
@@ -98,6 +99,83 @@ def page_requests(netlog: pathlib.Path, site: str) -> set[str]:
     return urls
 
 
+def until_shown(url: str, shows, process: subprocess.Popen | None = None) -> str:
+    """`url`'s HTML once `shows(html)` holds (within 60 s)."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert process is None or process.poll() is None, f"the process serving {url} exited"
+        try:
+            html = requests.get(url, timeout=2).text
+            if shows(html):
+                return html
+        except requests.ConnectionError:
+            pass
+        assert time.monotonic() < deadline, f"{url} never showed it"
+        time.sleep(0.3)
+
+
+def catalog_and_maintenance_pages(tmp_path: pathlib.Path, catalog_uri: str, artifacts: pathlib.Path):
+    """The catalog's pages (its tables, one table's snapshots) and a maintenance daemon's
+    (its schedule, its runs), after the job committed to the catalog: each loaded in the
+    browser; returns the (NetLog directory, URL) of every load."""
+    port = _free_port()
+    config = tmp_path / "maintenance.toml"
+    config.write_text(
+        f"""version = 1
+[daemon]
+metrics_listen = "127.0.0.1:{port}"
+discover_every = "1s"
+[catalog]
+uri = "{catalog_uri}"
+[[policy]]
+tables = "page.*"
+[policy.expire]
+schedule = "*/2 * * * * *"
+older_than = "1s"
+retain_last = 1
+"""
+    )
+    loads = []
+
+    def browse(url: str, name: str) -> str:
+        out = tmp_path / name
+        out.mkdir()
+        dom = chromium(url, out, "--dump-dom")
+        chromium(url, tmp_path / name, f"--screenshot={artifacts / (name + '.png')}")
+        loads.append((out, url))
+        return dom
+
+    home = browse(f"{catalog_uri}/", "catalog-page")
+    assert "<title>floe-catalog" in home, home[-2000:]
+    links = re.findall(r'<a href="(/tables/page/[^"]+)">(\w+)</a>', home)
+    assert links, f"the catalog's page links the job's tables: {home[-3000:]}"
+    href, name = links[0]
+    table = browse(catalog_uri + href, "catalog-table-page")
+    assert f"<title>page.{name}</title>" in table, table[-2000:]
+    assert "(current)" in table and "append" in table, table[-3000:]
+    missing = requests.get(f"{catalog_uri}/tables/page/no_such_table", timeout=10)
+    assert missing.status_code == 404 and "NoSuchTableException" in missing.text, missing.text
+    snapshots = re.search(r"<b>([\d,]+)</b>snapshots<", table)
+    assert snapshots and int(snapshots.group(1).replace(",", "")) >= 2, table[-3000:]
+
+    daemon = subprocess.Popen(
+        [_binary("floe-maintenance", "FLOE_MAINTENANCE_BIN"), "--config", str(config)],
+        env=dict(os.environ, RUST_LOG="warn"),
+    )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        until_shown(url, lambda html: re.search(r"<td>page\.\w+</td><td>expire</td><td class=\"n\">[^<]+</td><td>ok</td>", html), daemon)
+        dom = browse(url, "maintenance-page")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        code = daemon.wait(timeout=60)
+    assert code == 0, f"floe-maintenance exited {code} on SIGTERM"
+    assert "<title>floe-maintenance" in dom, dom[-2000:]
+    assert f"<td>page.{name}</td><td>expire</td><td>*/2 * * * * *</td>" in dom, dom[-3000:]
+    assert re.search(r"<td>expire</td><td class=\"n\">[^<]+</td><td>ok</td>", dom), dom[-3000:]
+    return loads
+
+
 def test_the_status_page_in_a_browser(tmp_path):
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -172,6 +250,7 @@ listen = "127.0.0.1:{port}"
             process.send_signal(signal.SIGTERM)
             code = process.wait(timeout=60)
         assert code == 0, f"floe run exited {code} on SIGTERM"
+        other_pages = catalog_and_maintenance_pages(tmp_path, catalog.uri, artifacts)
 
     # The numbers moved on between the two loads, as the browser rendered them.
     rendered = [tile(dom, "rows committed") for dom in (dom_before, dom_after)]
@@ -179,12 +258,13 @@ listen = "127.0.0.1:{port}"
     # What the record said is shown as text, escaped: no element came from it.
     for dom in (dom_before, dom_after):
         assert "<title>floe run page</title>" in dom
+        assert re.search(r"<b>(\d+ %|-)</b>writer busy<", dom), dom[-3000:]
         assert "&lt;script&gt;document.title=" in dom, dom[-3000:]
         assert "<script" not in dom and "<img" not in dom
     # The browser asked for nothing but the page.
-    for run in (first, second, shot):
+    for run, url in [(first, page), (second, page), (shot, page), *other_pages]:
         urls = page_requests(run / "netlog.json", "http://127.0.0.1")
-        assert page in urls, f"the NetLog holds the page's own request: {sorted(urls)}"
-        assert all(url.startswith(page) for url in urls), sorted(urls)
+        assert url in urls, f"the NetLog holds the page's own request: {sorted(urls)}"
+        assert urls == {url}, sorted(urls)
     assert (artifacts / "status-page.png").stat().st_size > 10_000
     print(f"screenshot: {artifacts / 'status-page.png'}")

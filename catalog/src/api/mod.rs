@@ -1,4 +1,5 @@
-//! The HTTP surface: the Iceberg REST catalog routes, `/healthz`, `/metrics`, and the
+//! The HTTP surface: the Iceberg REST catalog routes, `/healthz`, `/metrics`, the status
+//! pages ([`pages`]: `/` and `/tables/…`, not REST routes, so not advertised), and the
 //! middleware for authentication, idempotency keys and request metrics.
 //!
 //! Every route listed in [`ENDPOINTS`] is served and advertised in `GET /v1/config`, and
@@ -44,6 +45,7 @@ use crate::service::{Catalog, Committed, TableChange, load_result};
 mod layers;
 mod namespaces;
 mod oauth;
+mod pages;
 mod tables;
 
 use layers::*;
@@ -126,6 +128,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/{prefix}/tables/rename", post(rename_table))
         .route("/v1/{prefix}/transactions/commit", post(commit_transaction))
         .route("/v1/config", get(config))
+        .route("/", get(pages::home))
+        .route("/tables/{namespace}/{table}", get(pages::table_page))
         .layer(middleware::from_fn_with_state(state.clone(), idempotency))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()

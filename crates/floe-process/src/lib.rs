@@ -3,6 +3,8 @@
 //! SIGTERM or SIGINT, and serve its Prometheus registry at `/metrics` with the probes
 //! `/healthz` and `/readyz` and, where the binary has one, its status page at `/` beside it.
 
+pub mod html;
+
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::sync::Arc;

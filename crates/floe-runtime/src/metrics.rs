@@ -4,7 +4,8 @@
 use std::net::SocketAddr;
 
 use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Counter, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 /// The job's metrics.
@@ -61,6 +62,10 @@ pub struct JobMetrics {
     pub state_checkpoint_keys: IntGauge,
     /// Seconds to restore the owned partitions' state.
     pub state_restore_seconds: Histogram,
+    /// Seconds the writer task spent writing (encoding Parquet, uploading, closing files).
+    pub writer_busy: Counter,
+    /// Seconds the job loop waited for room in the writer's queue: backpressure.
+    pub writer_backpressure: Counter,
 }
 
 impl Default for JobMetrics {
@@ -220,6 +225,16 @@ impl JobMetrics {
                 "Restoring the owned partitions' state from the state table",
             ))
             .expect("valid metric"),
+            writer_busy: Counter::new(
+                "floe_writer_busy_seconds_total",
+                "Time the table writer task spent writing: encoding Parquet, uploading, closing",
+            )
+            .expect("valid metric"),
+            writer_backpressure: Counter::new(
+                "floe_writer_backpressure_seconds_total",
+                "Time the job loop waited for room in the table writer's queue",
+            )
+            .expect("valid metric"),
             registry,
         };
         for c in [
@@ -246,6 +261,8 @@ impl JobMetrics {
             Box::new(m.state_checkpoint_bytes.clone()),
             Box::new(m.state_checkpoint_keys.clone()),
             Box::new(m.state_restore_seconds.clone()),
+            Box::new(m.writer_busy.clone()),
+            Box::new(m.writer_backpressure.clone()),
         ] {
             m.registry.register(c).expect("unique metric names");
         }

@@ -1,5 +1,6 @@
 //! The status page `floe run` serves at `/` beside `/metrics`: the pipeline, the last
-//! checkpoints (duration, commit time, rows, outcome) with a chart, each source partition's
+//! checkpoints (duration, commit time, rows, the table writer's busy and backpressure shares
+//! of the time since the one before, outcome) with a chart, each source partition's
 //! committed position, lag and watermarks, the operators' open windows and timers, the state
 //! store's size and the latest dead letters with their reasons.
 //!
@@ -13,7 +14,10 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use prometheus::proto::{MetricFamily, MetricType};
+use floe_process::html::{
+    bytes, clock, escape, head, labelled, number, seconds, series, sum, table, tiles,
+};
+use prometheus::proto::MetricFamily;
 
 use floe_core::DeadLetter;
 
@@ -49,6 +53,25 @@ pub struct CheckpointRow {
     pub rows: u64,
     /// `committed`, or why it was dropped.
     pub outcome: String,
+    /// Seconds the table writer had worked since the start, at its end.
+    pub writer_busy: f64,
+    /// Seconds the loop had waited for the writer since the start, at its end.
+    pub writer_backpressure: f64,
+}
+
+/// The share of the wall-clock time between checkpoints `before` and `after` that a clock
+/// (`writer_busy` or `writer_backpressure`) moved by, in percent.
+fn share(
+    before: &CheckpointRow,
+    after: &CheckpointRow,
+    clock: fn(&CheckpointRow) -> f64,
+) -> String {
+    let wall = (after.at_ms - before.at_ms) as f64 / 1000.0;
+    if wall <= 0.0 {
+        return String::new();
+    }
+    let moved = (clock(after) - clock(before)).max(0.0);
+    format!("{:.0} %", (moved / wall * 100.0).min(100.0))
 }
 
 #[derive(Debug, Clone)]
@@ -122,6 +145,14 @@ impl JobPage {
             )),
         );
         let total = |name: &str| sum(families, name);
+        // A writer clock's share of the time between the last two checkpoints.
+        let latest = |clock: fn(&CheckpointRow) -> f64| {
+            let n = s.checkpoints.len();
+            if n < 2 {
+                return "-".to_string();
+            }
+            share(&s.checkpoints[n - 2], &s.checkpoints[n - 1], clock)
+        };
         tiles(
             &mut out,
             &[
@@ -134,6 +165,8 @@ impl JobPage {
                 ("dead letters", number(total("floe_dead_letters_total"))),
                 ("state keys", number(total("floe_state_keys"))),
                 ("state bytes", bytes(total("floe_state_bytes"))),
+                ("writer busy", latest(|c| c.writer_busy)),
+                ("backpressure", latest(|c| c.writer_backpressure)),
             ],
         );
 
@@ -143,16 +176,36 @@ impl JobPage {
 
         out.push_str("<h2>Checkpoints</h2>");
         checkpoint_chart(&mut out, &s.checkpoints);
+        // Each checkpoint with the one before it: the writer's shares of the time between.
+        let pairs: Vec<(Option<&CheckpointRow>, &CheckpointRow)> = s
+            .checkpoints
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i.checked_sub(1).map(|p| &s.checkpoints[p]), c))
+            .collect();
+        let busy = |c: &CheckpointRow| c.writer_busy;
+        let waited = |c: &CheckpointRow| c.writer_backpressure;
         table(
             &mut out,
-            &["id", "ended", "took", "commit", "rows", "outcome"],
-            s.checkpoints.iter().rev().map(|c| {
+            &[
+                "id",
+                "ended",
+                "took",
+                "commit",
+                "rows",
+                "writer busy",
+                "backpressure",
+                "outcome",
+            ],
+            pairs.iter().rev().map(|(before, c)| {
                 vec![
                     c.id.to_string(),
                     clock(c.at_ms),
                     seconds(c.took),
                     seconds(c.commit_took),
                     number(c.rows as f64),
+                    before.map(|b| share(b, c, busy)).unwrap_or_default(),
+                    before.map(|b| share(b, c, waited)).unwrap_or_default(),
                     c.outcome.clone(),
                 ]
             }),
@@ -241,84 +294,6 @@ impl JobPage {
     }
 }
 
-/// `&`, `<`, `>`, `"` and `'` as entities: text from data never becomes markup.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// The document head: refreshes itself every 5 s; styles inline.
-fn head(out: &mut String, title: &str) {
-    let _ = write!(
-        out,
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"refresh\" content=\"5\"><title>{t}</title><style>\
-         body{{font:14px system-ui,sans-serif;margin:1.5em;color:#222}}\
-         table{{border-collapse:collapse;margin:.5em 0}}\
-         td,th{{border-bottom:1px solid #ddd;padding:.2em .8em;text-align:left;vertical-align:top}}\
-         td.n{{text-align:right;font-variant-numeric:tabular-nums}}\
-         pre{{background:#f6f6f6;padding:.6em;overflow:auto}}\
-         .tiles{{display:flex;gap:1em;flex-wrap:wrap}}\
-         .tile{{border:1px solid #ddd;border-radius:4px;padding:.4em .8em}}\
-         .tile b{{display:block;font-size:1.4em}}</style></head><body><h1>{t}</h1>",
-        t = escape(title)
-    );
-}
-
-fn tiles(out: &mut String, items: &[(&str, String)]) {
-    out.push_str("<div class=\"tiles\">");
-    for (name, value) in items {
-        let _ = write!(
-            out,
-            "<div class=\"tile\"><b>{}</b>{}</div>",
-            escape(value),
-            escape(name)
-        );
-    }
-    out.push_str("</div>");
-}
-
-/// A table; cells that are numbers align right.
-fn table(out: &mut String, header: &[&str], rows: impl Iterator<Item = Vec<String>>) {
-    out.push_str("<table><tr>");
-    for h in header {
-        let _ = write!(out, "<th>{}</th>", escape(h));
-    }
-    out.push_str("</tr>");
-    let mut any = false;
-    for row in rows {
-        any = true;
-        out.push_str("<tr>");
-        for cell in row {
-            let numeric = !cell.is_empty()
-                && cell
-                    .chars()
-                    .all(|c| c.is_ascii_digit() || ",. smKMGiB".contains(c));
-            let class = if numeric { " class=\"n\"" } else { "" };
-            let _ = write!(out, "<td{class}>{}</td>", escape(&cell));
-        }
-        out.push_str("</tr>");
-    }
-    if !any {
-        let _ = write!(
-            out,
-            "<tr><td colspan=\"{}\">none yet</td></tr>",
-            header.len()
-        );
-    }
-    out.push_str("</table>");
-}
-
 /// Bars of the checkpoints' durations (commit time darker), oldest left.
 fn checkpoint_chart(out: &mut String, checkpoints: &VecDeque<CheckpointRow>) {
     if checkpoints.is_empty() {
@@ -362,87 +337,6 @@ fn checkpoint_chart(out: &mut String, checkpoints: &VecDeque<CheckpointRow>) {
     );
 }
 
-/// Every sample of metric `name`: its labels and value.
-fn series(families: &[MetricFamily], name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
-    families
-        .iter()
-        .filter(|f| f.name() == name)
-        .flat_map(|f| f.get_metric().iter().map(move |m| (f.get_field_type(), m)))
-        .map(|(kind, m)| {
-            let labels = m
-                .get_label()
-                .iter()
-                .map(|l| (l.name().to_string(), l.value().to_string()))
-                .collect();
-            let value = match kind {
-                MetricType::COUNTER => m.get_counter().get_value(),
-                _ => m.get_gauge().get_value(),
-            };
-            (labels, value)
-        })
-        .collect()
-}
-
-/// Metric `name` by the value of its label `label`.
-fn labelled(families: &[MetricFamily], name: &str, label: &str) -> BTreeMap<String, f64> {
-    series(families, name)
-        .into_iter()
-        .map(|(labels, v)| (labels.get(label).cloned().unwrap_or_default(), v))
-        .collect()
-}
-
-/// The sum of metric `name` over its samples.
-fn sum(families: &[MetricFamily], name: &str) -> f64 {
-    series(families, name).into_iter().map(|(_, v)| v).sum()
-}
-
-fn number(v: f64) -> String {
-    let n = v.round() as i64;
-    let digits = n.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 { format!("-{out}") } else { out }
-}
-
-fn bytes(v: f64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = v.max(0.0);
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < units.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{v:.0} B")
-    } else {
-        format!("{v:.1} {}", units[unit])
-    }
-}
-
-fn seconds(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s < 1.0 {
-        format!("{:.0} ms", s * 1000.0)
-    } else if s < 120.0 {
-        format!("{s:.1} s")
-    } else if s < 7200.0 {
-        format!("{:.0} m", s / 60.0)
-    } else {
-        format!("{:.1} h", s / 3600.0)
-    }
-}
-
-/// A UTC time of day, `HH:MM:SS`.
-fn clock(ms: i64) -> String {
-    let s = ms.div_euclid(1000).rem_euclid(86_400);
-    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -467,6 +361,8 @@ mod tests {
                 commit_took: Duration::from_millis(200),
                 rows: 1234567,
                 outcome: format!("dropped: {evil}"),
+                writer_busy: 0.0,
+                writer_backpressure: 0.0,
             },
             Some(&BTreeMap::from([(format!("t{evil}/0"), evil.to_string())])),
         );
@@ -479,7 +375,7 @@ mod tests {
     }
 
     #[test]
-    fn the_page_keeps_the_latest_checkpoints_only() {
+    fn the_page_keeps_the_latest_checkpoints_and_the_writer_shares_between_them() {
         let page = JobPage::default();
         for id in 0..(KEEP as u64 + 5) {
             let row = CheckpointRow {
@@ -489,21 +385,35 @@ mod tests {
                 commit_took: Duration::from_millis(5),
                 rows: 1,
                 outcome: "committed".into(),
+                writer_busy: id as f64 * 0.5,
+                writer_backpressure: id as f64 * 0.25,
             };
             page.checkpoint(row, None);
         }
-        let state = page.state();
-        assert_eq!(state.checkpoints.len(), KEEP);
-        assert_eq!(state.checkpoints.front().unwrap().id, 5);
-    }
-
-    #[test]
-    fn numbers_read_like_numbers() {
-        assert_eq!(number(0.0), "0");
-        assert_eq!(number(1234.4), "1,234");
-        assert_eq!(number(-1_000_000.0), "-1,000,000");
-        assert_eq!(bytes(1536.0), "1.5 KiB");
-        assert_eq!(seconds(Duration::from_millis(250)), "250 ms");
-        assert_eq!(clock(3_723_000), "01:02:03");
+        {
+            let state = page.state();
+            assert_eq!(state.checkpoints.len(), KEEP);
+            assert_eq!(state.checkpoints.front().unwrap().id, 5);
+        }
+        // Checkpoints 1 s apart whose writer worked half of it and waited a quarter.
+        let spaced = JobPage::default();
+        for id in 0..3u64 {
+            spaced.checkpoint(
+                CheckpointRow {
+                    id,
+                    at_ms: id as i64 * 1000,
+                    took: Duration::from_millis(10),
+                    commit_took: Duration::from_millis(5),
+                    rows: 1,
+                    outcome: "committed".into(),
+                    writer_busy: id as f64 * 0.5,
+                    writer_backpressure: id as f64 * 0.25,
+                },
+                None,
+            );
+        }
+        let html = spaced.render(&[], true);
+        assert!(html.contains("<b>50 %</b>writer busy"), "{html}");
+        assert!(html.contains("<b>25 %</b>backpressure"), "{html}");
     }
 }

@@ -215,7 +215,10 @@ impl<R: Reader> Job<R> {
         let committed_streams = newest_marker(&anchor.metadata, &config.name)
             .map(|found| found.marker.streams)
             .unwrap_or_default();
-        let mut sinks = Sinks::start();
+        let mut sinks = Sinks::start(
+            metrics.writer_busy.clone(),
+            metrics.writer_backpressure.clone(),
+        );
         let mut landed = vec![Landed::of(&anchor)];
         sinks
             .add(Sink::new(anchor, anchor_options, SinkKind::Append)?)
@@ -894,6 +897,8 @@ impl<R: Reader> Job<R> {
                 commit_took: Duration::ZERO,
                 rows: 0,
                 outcome: format!("dropped: {why}"),
+                writer_busy: self.metrics.writer_busy.get(),
+                writer_backpressure: self.metrics.writer_backpressure.get(),
             },
             None,
         );
@@ -1042,6 +1047,8 @@ impl<R: Reader> Job<R> {
                         commit_took: committed.commit_took,
                         rows: committed.rows.iter().map(|(_, n)| n).sum(),
                         outcome: "committed".into(),
+                        writer_busy: self.metrics.writer_busy.get(),
+                        writer_backpressure: self.metrics.writer_backpressure.get(),
                     },
                     Some(&self.start),
                 );

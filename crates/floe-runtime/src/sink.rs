@@ -16,6 +16,9 @@
 //!
 //! At a barrier the loop asks for every sink's output ([`Sinks::close`]); a dropped checkpoint
 //! deletes its files ([`Sinks::abort`]). A write error is kept and returned by the next close.
+//!
+//! Two clocks say which side waits: the task adds the time it works on a command to `busy`,
+//! and [`Sinks::write`] adds the time it waited for room in the queue to `backpressure`.
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -273,6 +276,7 @@ enum Command {
 pub(crate) struct Sinks {
     commands: mpsc::Sender<Command>,
     count: usize,
+    backpressure: prometheus::Counter,
 }
 
 fn gone() -> LakeError {
@@ -280,11 +284,16 @@ fn gone() -> LakeError {
 }
 
 impl Sinks {
-    /// Starts the task with no sinks.
-    pub(crate) fn start() -> Self {
+    /// Starts the task with no sinks; it adds its working time to `busy`, and
+    /// [`write`](Self::write) the time it waits for room to `backpressure` (seconds).
+    pub(crate) fn start(busy: prometheus::Counter, backpressure: prometheus::Counter) -> Self {
         let (commands, receiver) = mpsc::channel(QUEUE);
-        tokio::spawn(serve(receiver));
-        Self { commands, count: 0 }
+        tokio::spawn(serve(receiver, busy));
+        Self {
+            commands,
+            count: 0,
+            backpressure,
+        }
     }
 
     /// Adds a sink; returns its index (its place in [`close`](Self::close)'s outputs).
@@ -310,10 +319,10 @@ impl Sinks {
         if inputs.is_empty() {
             return Ok(());
         }
-        self.commands
-            .send(Command::Write(inputs))
-            .await
-            .map_err(|_| gone())
+        let waited = std::time::Instant::now();
+        let sent = self.commands.send(Command::Write(inputs)).await;
+        self.backpressure.inc_by(waited.elapsed().as_secs_f64());
+        sent.map_err(|_| gone())
     }
 
     /// The barrier: every sink's output, in sink order.
@@ -335,10 +344,11 @@ impl Sinks {
     }
 }
 
-async fn serve(mut commands: mpsc::Receiver<Command>) {
+async fn serve(mut commands: mpsc::Receiver<Command>, busy: prometheus::Counter) {
     let mut sinks: Vec<Sink> = Vec::new();
     let mut failed: Option<LakeError> = None;
     while let Some(command) = commands.recv().await {
+        let working = std::time::Instant::now();
         match command {
             Command::Add(sink) => sinks.push(*sink),
             Command::Retable(index, table) => {
@@ -401,5 +411,6 @@ async fn serve(mut commands: mpsc::Receiver<Command>) {
                 let _ = reply.send(());
             }
         }
+        busy.inc_by(working.elapsed().as_secs_f64());
     }
 }
