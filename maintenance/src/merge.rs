@@ -1,7 +1,7 @@
 //! Merging rollup partials: the `merge` task.
 //!
 //! A window keyed by a column that spans source partitions lands one partial row per
-//! (window, key, source partition); queries merge them with a `GROUP BY` (the README gives
+//! (window, key, source partition); queries merge them with a `GROUP BY` (docs/operators.md gives
 //! them for DuckDB and Trino). Once every partition a window's partials come from has committed
 //! a watermark at or past `window_end + allowed_lateness`, the job never changes those rows
 //! again, and this task replaces them by one row per (window, key) whose `source_partition` is

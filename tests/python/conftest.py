@@ -144,7 +144,7 @@ def catalog(request, tmp_path):
 
 
 def attach(con, catalog, alias="lake"):
-    """Attaches the catalog to a DuckDB connection the way the README tells users to."""
+    """Attaches the catalog to a DuckDB connection the way docs/query.md tells users to."""
     import duckdb_offline
 
     if catalog.s3:

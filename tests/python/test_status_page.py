@@ -1,10 +1,11 @@
-"""The status page of `floe run` in a real browser: headless Chromium (FLOE_CHROMIUM, from
-tests/tools/chromium) loads `/` of a job landing OTLP spans from Kafka, twice while data flows.
-The numbers move on between the loads; the page makes the browser request nothing from any
-other host (its NetLog lists every URL asked for on the page's behalf); a dead letter whose reason quotes HTML and script shows
-as text, not as markup; a screenshot is kept (FLOE_ARTIFACTS_DIR, default
-~/.cache/floe/artifacts). Then the catalog's pages (its tables; a table's snapshots) and a
-maintenance daemon's page (its schedule; its runs) load the same way.
+"""The status pages in a real browser: headless Chromium (FLOE_CHROMIUM, from
+tests/tools/chromium) loads, twice while a job lands OTLP spans from Kafka, the job's page,
+the catalog's table page and a maintenance daemon's page (and the catalog's table list once).
+The numbers move on between the loads (rows committed, snapshots, runs); no page makes the
+browser request anything but itself (its NetLog lists every URL asked for on the page's
+behalf); a dead letter whose reason quotes HTML and script, and a table property that does,
+show as text, not as markup; a screenshot of each page is kept (FLOE_ARTIFACTS_DIR, default
+~/.cache/floe/artifacts).
 
 Needs FLOE_TEST_KAFKA_BROKERS.
 """
@@ -114,10 +115,41 @@ def until_shown(url: str, shows, process: subprocess.Popen | None = None) -> str
         time.sleep(0.3)
 
 
-def catalog_and_maintenance_pages(tmp_path: pathlib.Path, catalog_uri: str, artifacts: pathlib.Path):
-    """The catalog's pages (its tables, one table's snapshots) and a maintenance daemon's
-    (its schedule, its runs), after the job committed to the catalog: each loaded in the
-    browser; returns the (NetLog directory, URL) of every load."""
+class Browser:
+    """Loads pages in headless Chromium, one NetLog per load; keeps screenshots."""
+
+    def __init__(self, tmp_path: pathlib.Path):
+        self.tmp_path = tmp_path
+        self.loads: list[tuple[pathlib.Path, str]] = []
+        self.artifacts = pathlib.Path(os.environ.get("FLOE_ARTIFACTS_DIR", pathlib.Path.home() / ".cache/floe/artifacts"))
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+
+    def dom(self, url: str, name: str) -> str:
+        """The DOM as the browser rendered `url`."""
+        out = self.tmp_path / name
+        out.mkdir()
+        self.loads.append((out, url))
+        return chromium(url, out, "--dump-dom")
+
+    def screenshot(self, url: str, name: str) -> pathlib.Path:
+        out = self.tmp_path / f"{name}-shot"
+        out.mkdir()
+        self.loads.append((out, url))
+        shot = self.artifacts / f"{name}.png"
+        chromium(url, out, f"--screenshot={shot}")
+        assert shot.stat().st_size > 10_000
+        return shot
+
+    def assert_only_own_requests(self) -> None:
+        for run, url in self.loads:
+            urls = page_requests(run / "netlog.json", "http://127.0.0.1")
+            assert url in urls, f"the NetLog holds the page's own request: {sorted(urls)}"
+            assert urls == {url}, sorted(urls)
+
+
+def start_maintenance(tmp_path: pathlib.Path, catalog_uri: str) -> tuple[subprocess.Popen, str]:
+    """A maintenance daemon expiring (nothing: snapshots older than an hour) every table of
+    the job every 2 s; its page's URL."""
     port = _free_port()
     config = tmp_path / "maintenance.toml"
     config.write_text(
@@ -131,52 +163,26 @@ uri = "{catalog_uri}"
 tables = "page.*"
 [policy.expire]
 schedule = "*/2 * * * * *"
-older_than = "1s"
+older_than = "1h"
 retain_last = 1
 """
     )
-    loads = []
-
-    def browse(url: str, name: str) -> str:
-        out = tmp_path / name
-        out.mkdir()
-        dom = chromium(url, out, "--dump-dom")
-        chromium(url, tmp_path / name, f"--screenshot={artifacts / (name + '.png')}")
-        loads.append((out, url))
-        return dom
-
-    home = browse(f"{catalog_uri}/", "catalog-page")
-    assert "<title>floe-catalog" in home, home[-2000:]
-    links = re.findall(r'<a href="(/tables/page/[^"]+)">(\w+)</a>', home)
-    assert links, f"the catalog's page links the job's tables: {home[-3000:]}"
-    href, name = links[0]
-    table = browse(catalog_uri + href, "catalog-table-page")
-    assert f"<title>page.{name}</title>" in table, table[-2000:]
-    assert "(current)" in table and "append" in table, table[-3000:]
-    missing = requests.get(f"{catalog_uri}/tables/page/no_such_table", timeout=10)
-    assert missing.status_code == 404 and "NoSuchTableException" in missing.text, missing.text
-    snapshots = re.search(r"<b>([\d,]+)</b>snapshots<", table)
-    assert snapshots and int(snapshots.group(1).replace(",", "")) >= 2, table[-3000:]
-
     daemon = subprocess.Popen(
         [_binary("floe-maintenance", "FLOE_MAINTENANCE_BIN"), "--config", str(config)],
         env=dict(os.environ, RUST_LOG="warn"),
     )
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        until_shown(url, lambda html: re.search(r"<td>page\.\w+</td><td>expire</td><td class=\"n\">[^<]+</td><td>ok</td>", html), daemon)
-        dom = browse(url, "maintenance-page")
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        code = daemon.wait(timeout=60)
-    assert code == 0, f"floe-maintenance exited {code} on SIGTERM"
-    assert "<title>floe-maintenance" in dom, dom[-2000:]
-    assert f"<td>page.{name}</td><td>expire</td><td>*/2 * * * * *</td>" in dom, dom[-3000:]
-    assert re.search(r"<td>expire</td><td class=\"n\">[^<]+</td><td>ok</td>", dom), dom[-3000:]
-    return loads
+    return daemon, f"http://127.0.0.1:{port}/"
 
 
-def test_the_status_page_in_a_browser(tmp_path):
+def set_table_property(catalog, table: str, key: str, value: str) -> None:
+    """Sets a table property through the REST API, as any client may."""
+    url = f"{catalog.uri}/v1/{catalog.name}/namespaces/page/tables/{table}"
+    body = {"requirements": [], "updates": [{"action": "set-properties", "updates": {key: value}}]}
+    answer = requests.post(url, json=body, timeout=30)
+    assert answer.ok, answer.text
+
+
+def test_the_status_pages_in_a_browser(tmp_path):
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -189,6 +195,7 @@ def test_the_status_page_in_a_browser(tmp_path):
         producer.produce(topic, payload, partition=0)
         producer.flush(30)
 
+    browser = Browser(tmp_path)
     port = _free_port()
     with start_catalog(tmp_path, "sqlite", "file") as catalog:
         job = tmp_path / "page.toml"
@@ -212,59 +219,71 @@ listen = "127.0.0.1:{port}"
         )
         process = subprocess.Popen([_binary("floe", "FLOE_BIN"), "run", str(job)], env=dict(os.environ, RUST_LOG="warn"))
         page = f"http://127.0.0.1:{port}/"
+        spans_page = f"{catalog.uri}/tables/page/otel_spans"
+        daemon = None
         try:
             produce(spans_request(0))
             # A record whose text quotes HTML and script: its dead letter's reason does too.
             produce(json.dumps({"resourceSpans": EVIL}).encode())
+            until_shown(page, lambda html: tile(html, "rows committed") >= 10 and tile(html, "dead letters") == 1, process)
+            # A table property quoting HTML and script, set as any REST client may.
+            set_table_property(catalog, "otel_logs", "note", EVIL)
+            daemon, maintenance = start_maintenance(tmp_path, catalog.uri)
+            until_shown(maintenance, lambda html: tile(html, "runs") >= 1, daemon)
 
-            def loaded(until) -> str:
-                deadline = time.monotonic() + 60
-                while True:
-                    assert process.poll() is None, "floe run exited"
-                    try:
-                        html = requests.get(page, timeout=2).text
-                        if until(html):
-                            return html
-                    except requests.ConnectionError:
-                        pass
-                    assert time.monotonic() < deadline, "the page never showed it"
-                    time.sleep(0.3)
-
-            loaded(lambda html: tile(html, "rows committed") >= 10 and tile(html, "dead letters") == 1)
-
-            first = tmp_path / "first"
-            first.mkdir()
-            dom_before = chromium(page, first, "--dump-dom")
+            first = {
+                "job": browser.dom(page, "job-1"),
+                "table": browser.dom(spans_page, "table-1"),
+                "maintenance": browser.dom(maintenance, "maintenance-1"),
+            }
             for i in range(1, 6):
                 produce(spans_request(i))
-            loaded(lambda html: tile(html, "rows committed") >= 60)
-            second = tmp_path / "second"
-            second.mkdir()
-            dom_after = chromium(page, second, "--dump-dom")
-            artifacts = pathlib.Path(os.environ.get("FLOE_ARTIFACTS_DIR", pathlib.Path.home() / ".cache/floe/artifacts"))
-            artifacts.mkdir(parents=True, exist_ok=True)
-            shot = tmp_path / "shot"
-            shot.mkdir()
-            chromium(page, shot, f"--screenshot={artifacts / 'status-page.png'}")
+            until_shown(page, lambda html: tile(html, "rows committed") >= 60, process)
+            until_shown(spans_page, lambda html: tile(html, "snapshots") > tile(first["table"], "snapshots"))
+            until_shown(maintenance, lambda html: tile(html, "runs") > tile(first["maintenance"], "runs"), daemon)
+            second = {
+                "job": browser.dom(page, "job-2"),
+                "table": browser.dom(spans_page, "table-2"),
+                "maintenance": browser.dom(maintenance, "maintenance-2"),
+            }
+            home = browser.dom(f"{catalog.uri}/", "catalog")
+            logs_table = browser.dom(f"{catalog.uri}/tables/page/otel_logs", "logs-table")
+            missing = requests.get(f"{catalog.uri}/tables/page/no_such_table", timeout=10)
+            shots = [
+                browser.screenshot(page, "status-page"),
+                browser.screenshot(f"{catalog.uri}/", "catalog-page"),
+                browser.screenshot(spans_page, "catalog-table-page"),
+                browser.screenshot(maintenance, "maintenance-page"),
+            ]
         finally:
+            if daemon is not None:
+                daemon.send_signal(signal.SIGTERM)
+                assert daemon.wait(timeout=60) == 0, "floe-maintenance did not stop cleanly on SIGTERM"
             process.send_signal(signal.SIGTERM)
             code = process.wait(timeout=60)
         assert code == 0, f"floe run exited {code} on SIGTERM"
-        other_pages = catalog_and_maintenance_pages(tmp_path, catalog.uri, artifacts)
 
     # The numbers moved on between the two loads, as the browser rendered them.
-    rendered = [tile(dom, "rows committed") for dom in (dom_before, dom_after)]
-    assert 10 <= rendered[0] < rendered[1], rendered
-    # What the record said is shown as text, escaped: no element came from it.
-    for dom in (dom_before, dom_after):
-        assert "<title>floe run page</title>" in dom
-        assert re.search(r"<b>(\d+ %|-)</b>writer busy<", dom), dom[-3000:]
+    for name, what in (("job", "rows committed"), ("table", "snapshots"), ("maintenance", "runs")):
+        before, after = tile(first[name], what), tile(second[name], what)
+        assert 0 < before < after, f"{name} page, {what}: {before} then {after}"
+    assert tile(first["job"], "rows committed") >= 10
+    # What the record and the property said is shown as text, escaped: no element came from it.
+    for dom in (first["job"], second["job"], logs_table):
         assert "&lt;script&gt;document.title=" in dom, dom[-3000:]
-        assert "<script" not in dom and "<img" not in dom
-    # The browser asked for nothing but the page.
-    for run, url in [(first, page), (second, page), (shot, page), *other_pages]:
-        urls = page_requests(run / "netlog.json", "http://127.0.0.1")
-        assert url in urls, f"the NetLog holds the page's own request: {sorted(urls)}"
-        assert urls == {url}, sorted(urls)
-    assert (artifacts / "status-page.png").stat().st_size > 10_000
-    print(f"screenshot: {artifacts / 'status-page.png'}")
+    for dom in (*first.values(), *second.values(), home, logs_table):
+        assert "<script" not in dom and "<img" not in dom, dom[-3000:]
+    # What each page shows.
+    assert "<title>floe run page</title>" in first["job"]
+    assert re.search(r"<b>(\d+ %|-)</b>writer busy<", second["job"]), second["job"][-3000:]
+    assert re.search(r'<a href="/tables/page/otel_spans">otel_spans</a>', home), home[-3000:]
+    assert "<title>page.otel_spans</title>" in second["table"]
+    assert "(current)" in second["table"] and "append" in second["table"]
+    assert "floe-checkpoint.page." in second["table"], "the job's checkpoint tag is listed"
+    assert missing.status_code == 404 and "NoSuchTableException" in missing.text, missing.text
+    assert "<title>floe-maintenance" in second["maintenance"]
+    assert "<td>page.otel_spans</td><td>expire</td><td>*/2 * * * * *</td>" in second["maintenance"]
+    assert re.search(r"<td>expire</td><td class=\"n\">[^<]+</td><td>ok</td>", second["maintenance"])
+    # The browser asked for nothing but each page itself.
+    browser.assert_only_own_requests()
+    print("screenshots:", *shots)

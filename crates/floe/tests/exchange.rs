@@ -53,7 +53,7 @@ use floe_lake::rest::CatalogClient;
 use floe_otlp::generate::{Deploy, Generator};
 use rand::Rng;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 mod support;
@@ -190,19 +190,9 @@ impl Fixture {
 
     async fn produce(&self, s: &mut Scenario, upto: usize) {
         for (partition, bytes) in &self.input[s.produced..upto.min(RECORDS)] {
-            let delivery = self
-                .producer
-                .send(
-                    FutureRecord::<(), [u8]>::to(&s.topic)
-                        .partition(*partition)
-                        .payload(bytes),
-                    Duration::from_secs(10),
-                )
-                .await
-                .map_err(|(e, _)| e)
-                .unwrap();
-            let end = s.ends.entry(delivery.partition).or_insert(0);
-            *end = (*end).max(delivery.offset + 1);
+            let sent = support::send_to(&self.producer, &s.topic, *partition, bytes).await;
+            let end = s.ends.entry(*partition).or_insert(0);
+            *end = (*end).max(sent);
         }
         s.produced = upto.min(RECORDS);
     }

@@ -19,7 +19,7 @@ use floe_otlp::{Decoded, Signal, decode};
 use opentelemetry_proto::tonic::profiles::v1development::ProfilesData;
 use prost::Message as _;
 use rdkafka::ClientConfig;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 
 mod support;
 use support::{
@@ -95,17 +95,8 @@ async fn profiles_land_with_their_stacks_and_join_their_spans() {
         .unwrap();
     let mut ends: BTreeMap<String, i64> = BTreeMap::new();
     let mut send = async |topic: &str, payload: &[u8]| {
-        let delivery = producer
-            .send(
-                FutureRecord::<(), [u8]>::to(topic)
-                    .partition(0)
-                    .payload(payload),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)
-            .unwrap();
-        ends.insert(topic.to_string(), delivery.offset + 1);
+        let end = support::send_to(&producer, topic, 0, payload).await;
+        ends.insert(topic.to_string(), end);
     };
 
     let mut generator = Generator::new(41, 1_700_000_000_000_000_000);

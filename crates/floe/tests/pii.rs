@@ -18,7 +18,7 @@
 //! The same corpus then goes through the Collector's contrib `redaction` processor
 //! (`tests/services/collector`), configured with Floe's detectors' own patterns as
 //! `blocked_values` and every key allowed: what it caught and what it masked that was no PII
-//! are counted per detector for the README's side-by-side table.
+//! are counted per detector for docs/pii.md's side-by-side table.
 //!
 //! Needs `FLOE_TEST_KAFKA_BROKERS`, `FLOE_TEST_PYTHON` and, for the comparison,
 //! `FLOE_TEST_OTELCOL` (from `tests/services/up`).
@@ -345,7 +345,6 @@ async fn run_job(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn pii_never_reaches_the_lake_and_is_counted_exactly_once() {
-    use rdkafka::producer::FutureRecord;
     let _alone = ONE_AT_A_TIME.lock().await;
     let brokers = service("FLOE_TEST_KAFKA_BROKERS");
     service("FLOE_TEST_PYTHON");
@@ -365,15 +364,7 @@ async fn pii_never_reaches_the_lake_and_is_counted_exactly_once() {
     let producer = support::producer(&brokers);
     for (i, (signal, bytes)) in records.iter().enumerate() {
         let topic = &topics.iter().find(|(_, s)| s == signal).unwrap().0;
-        producer
-            .send(
-                FutureRecord::<(), [u8]>::to(topic)
-                    .partition(i as i32 % PARTITIONS)
-                    .payload(bytes),
-                Duration::from_secs(30),
-            )
-            .await
-            .unwrap();
+        support::send_to(&producer, topic, i as i32 % PARTITIONS, bytes).await;
     }
 
     let kills = kills().clamp(10, 12);
@@ -668,7 +659,7 @@ async fn the_collectors_redaction_processor_on_the_same_corpus() {
         .count();
     assert!(
         status_left > 0,
-        "the Collector now redacts status messages: update the README"
+        "the Collector now redacts status messages: update docs/pii.md"
     );
     assert!(caught < all);
     let _ = std::fs::remove_dir_all(&dir);

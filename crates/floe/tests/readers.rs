@@ -15,10 +15,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use floe_otlp::generate::{Generator, profiles_json};
-use rdkafka::producer::FutureRecord;
 
 mod support;
 use support::pg::{Database, job_file, wait_caught_up};
@@ -133,17 +131,8 @@ async fn land_otlp(
     let topic_of = |signal: &str| topics.iter().find(|(_, s)| *s == signal).unwrap().0.clone();
     let send = async |ends: &mut BTreeMap<String, i64>, signal: &str, payload: &[u8]| {
         let topic = topic_of(signal);
-        let delivery = producer
-            .send(
-                FutureRecord::<(), [u8]>::to(&topic)
-                    .partition(0)
-                    .payload(payload),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)
-            .unwrap();
-        ends.insert(topic, delivery.offset + 1);
+        let end = support::send_to(&producer, &topic, 0, payload).await;
+        ends.insert(topic, end);
     };
     let job = OtlpKafkaJob {
         name: "otlp",

@@ -25,10 +25,8 @@
 //! `tests/services/up`).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use floe_otlp::generate::{Deploy, Generator};
-use rdkafka::producer::FutureRecord;
 
 mod support;
 use support::{python, service, start_catalog, temp_dir};
@@ -68,17 +66,9 @@ async fn the_red_recipe_equals_duckdb_over_the_landed_spans() {
                 latency_factor: 1.5,
             })
             .requests(REQUESTS);
-        let delivery = producer
-            .send(
-                FutureRecord::<(), [u8]>::to(&topic)
-                    .partition((j % PARTITIONS as usize) as i32)
-                    .payload(&traces.bytes),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)
-            .unwrap();
-        ends.insert(delivery.partition, delivery.offset + 1);
+        let partition = (j % PARTITIONS as usize) as i32;
+        let end = support::send_to(&producer, &topic, partition, &traces.bytes).await;
+        ends.insert(partition, end);
     }
 
     let uri = catalog.uri();

@@ -358,7 +358,6 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 #[ignore = "needs the test services: tests/run, or tests/services/up then --include-ignored"]
 async fn undecided_traces_beyond_the_memory_budget_spill_and_nothing_is_dropped() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    use rdkafka::producer::FutureRecord;
     let brokers = service("FLOE_TEST_KAFKA_BROKERS");
     service("FLOE_TEST_PYTHON");
     let dir = temp_dir("sampling-spill");
@@ -386,15 +385,7 @@ async fn undecided_traces_beyond_the_memory_budget_spill_and_nothing_is_dropped(
     let mut generator = Generator::new(7, START_NS);
     let (mut sent, mut spans, mut exports) = (0u64, 0u64, 0i32);
     let send = async |bytes: &[u8], partition: i32| {
-        producer
-            .send(
-                FutureRecord::<(), [u8]>::to(&topic)
-                    .partition(partition % 2)
-                    .payload(bytes),
-                Duration::from_secs(30),
-            )
-            .await
-            .unwrap();
+        support::send_to(&producer, &topic, partition % 2, bytes).await;
     };
 
     // Two budgets' worth, then the rest: the peak RSS after each. Had the job kept the

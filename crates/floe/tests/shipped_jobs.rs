@@ -16,7 +16,7 @@ use floe_otlp::generate::Generator;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 
 mod support;
 use support::{
@@ -117,17 +117,9 @@ async fn shipped_job_files_run_as_replicas_on_one_host() {
         for _ in 0..8 {
             let [traces, _] =
                 Generator::new(next, 1_750_000_000_000_000_000 + next * 1_000_000_000).requests(4);
-            let delivery = producer
-                .send(
-                    FutureRecord::<(), [u8]>::to("otlp_spans")
-                        .partition((next % PARTITIONS as u64) as i32)
-                        .payload(&traces.bytes),
-                    Duration::from_secs(10),
-                )
-                .await
-                .map_err(|(e, _)| e)
-                .unwrap();
-            ends.insert(delivery.partition, delivery.offset + 1);
+            let partition = (next % PARTITIONS as u64) as i32;
+            let end = support::send_to(&producer, "otlp_spans", partition, &traces.bytes).await;
+            ends.insert(partition, end);
             spans += traces.items;
             next += 1;
         }

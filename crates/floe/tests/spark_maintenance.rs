@@ -20,7 +20,6 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use floe_otlp::generate::Generator;
-use rdkafka::producer::FutureRecord;
 
 mod support;
 use support::pg::{Fixture, compare, job_file, wait_caught_up};
@@ -97,19 +96,7 @@ async fn spark_compaction_and_expiry_beside_the_jobs_lose_and_resurrect_nothing(
     let producer = producer(&brokers);
     let mut generator = Generator::new(7, 1_700_000_000_000_000_000);
     let (mut spans, mut bad, mut end) = (0usize, 0usize, 0i64);
-    let produce = async |payload: &[u8]| {
-        let delivery = producer
-            .send(
-                FutureRecord::<(), [u8]>::to(&topic)
-                    .partition(0)
-                    .payload(payload),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)
-            .unwrap();
-        delivery.offset + 1
-    };
+    let produce = async |payload: &[u8]| support::send_to(&producer, &topic, 0, payload).await;
     for _ in 0..3 {
         let [traces, _] = generator.requests(50);
         spans += traces.items;

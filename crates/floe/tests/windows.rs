@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use floe_lake::rest::CatalogClient;
 use floe_otlp::generate::Generator;
 use rand::{Rng, SeedableRng};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 
 mod support;
 use support::{
@@ -201,19 +201,9 @@ impl Fixture {
     /// Produces the input up to record `upto` (exclusive) to the scenario's topic.
     async fn produce(&self, s: &mut Scenario, upto: usize) {
         for (partition, bytes) in &self.input[s.produced..upto.min(RECORDS)] {
-            let delivery = self
-                .producer
-                .send(
-                    FutureRecord::<(), [u8]>::to(&s.topic)
-                        .partition(*partition)
-                        .payload(bytes),
-                    Duration::from_secs(10),
-                )
-                .await
-                .map_err(|(e, _)| e)
-                .unwrap();
-            let end = s.ends.entry(delivery.partition).or_insert(0);
-            *end = (*end).max(delivery.offset + 1);
+            let sent = support::send_to(&self.producer, &s.topic, *partition, bytes).await;
+            let end = s.ends.entry(*partition).or_insert(0);
+            *end = (*end).max(sent);
         }
         s.produced = upto.min(RECORDS);
     }
@@ -464,6 +454,11 @@ async fn savepointed(f: &Fixture) -> Scenario {
     f.wait_caught_up(&s).await;
     terminate(child);
     support::assert_went_back(&s.log());
+    // Done with it: deleted, it is listed no more (the tables keep their rows).
+    let deleted = support::floe_command(&["savepoint", job, "before-upgrade", "--delete"]);
+    assert!(deleted.contains("deleted"), "{deleted}");
+    let listed = support::floe_command(&["savepoint", job, "--list"]);
+    assert!(!listed.contains("before-upgrade"), "{listed}");
     s
 }
 

@@ -681,6 +681,27 @@ pub(crate) fn producer(brokers: &str) -> rdkafka::producer::FutureProducer {
         .unwrap()
 }
 
+/// Sends `payload` (without a key) to `partition` of `topic` and waits until the broker has it;
+/// returns the offset after it, the partition's end as far as this producer knows.
+pub(crate) async fn send_to(
+    producer: &rdkafka::producer::FutureProducer,
+    topic: &str,
+    partition: i32,
+    payload: &[u8],
+) -> i64 {
+    let delivery = producer
+        .send(
+            rdkafka::producer::FutureRecord::<(), [u8]>::to(topic)
+                .partition(partition)
+                .payload(payload),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    delivery.offset + 1
+}
+
 /// The metadata location of table `namespace.table` (panics if it does not exist).
 pub(crate) async fn metadata_location(
     client: &CatalogClient,
