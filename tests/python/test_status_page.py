@@ -279,6 +279,7 @@ listen = "127.0.0.1:{port}"
     assert re.search(r'<a href="/tables/page/otel_spans">otel_spans</a>', home), home[-3000:]
     assert "<title>page.otel_spans</title>" in second["table"]
     assert "(current)" in second["table"] and "append" in second["table"]
+    assert tile(second["table"], "rows") >= 60, "the snapshot's total-records, as the page shows it"
     assert "floe-checkpoint.page." in second["table"], "the job's checkpoint tag is listed"
     assert missing.status_code == 404 and "NoSuchTableException" in missing.text, missing.text
     assert "<title>floe-maintenance" in second["maintenance"]

@@ -12,7 +12,7 @@
 use std::fmt::Write as _;
 
 use axum::response::Html;
-use floe_process::html::{Cell, escape, head, link, number, sum, table, tiles, utc};
+use floe_process::html::{Cell, bytes, escape, head, link, number, sum, table, tiles, utc};
 use iceberg::spec::TableMetadata;
 
 use super::*;
@@ -156,11 +156,11 @@ fn render_table(name: &TableName, location: &str, metadata: &TableMetadata) -> S
     );
     let current = metadata.current_snapshot();
     // Totals as the current snapshot's summary has them (a writer may leave them out).
-    let summary = |key: &str| {
+    let total = |key: &str, show: fn(f64) -> String| {
         current
             .and_then(|s| s.summary().additional_properties.get(key))
             .and_then(|v| v.parse::<f64>().ok())
-            .map(number)
+            .map(show)
             .unwrap_or_else(|| "-".to_string())
     };
     tiles(
@@ -168,10 +168,10 @@ fn render_table(name: &TableName, location: &str, metadata: &TableMetadata) -> S
         &[
             ("format version", format!("{}", metadata.format_version())),
             ("snapshots", number(metadata.snapshots().len() as f64)),
-            ("rows", summary("total-records")),
-            ("data files", summary("total-data-files")),
-            ("delete files", summary("total-delete-files")),
-            ("size", summary("total-files-size")),
+            ("rows", total("total-records", number)),
+            ("data files", total("total-data-files", number)),
+            ("delete files", total("total-delete-files", number)),
+            ("size", total("total-files-size", bytes)),
             ("last change (UTC)", utc(metadata.last_updated_ms())),
         ],
     );

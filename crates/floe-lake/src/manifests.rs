@@ -15,7 +15,7 @@ use crate::commit::{PreparedCommit, TableOperation};
 use crate::error::{ErrorKind, LakeError, LakeResult};
 use crate::rest::LoadedTable;
 use crate::snapshot::{
-    Planned, carry_entry, current_manifests, finish, fresh_snapshot_id, manifest_writer,
+    Change, Planned, carry_entry, current_manifests, finish, fresh_snapshot_id, manifest_writer,
 };
 
 /// Merge manifests below `target_bytes`, when at least `min_manifests` of them exist.
@@ -120,6 +120,8 @@ impl TableOperation for RewriteManifests {
             },
             Operation::Replace,
             properties,
+            // Manifests regrouped: the same live files.
+            &Change::default(),
         )
         .await
         .map(|p| Some(p.into()))

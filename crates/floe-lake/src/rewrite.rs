@@ -22,8 +22,8 @@ use crate::commit::{PreparedCommit, TableOperation};
 use crate::error::{ErrorKind, LakeError, LakeResult};
 use crate::rest::LoadedTable;
 use crate::snapshot::{
-    Planned, PreparedSnapshot, carry_entry, check_contents, current_manifests, finish,
-    fresh_snapshot_id, manifest_writer, with_sort_order,
+    Change, FileCounts, Planned, PreparedSnapshot, carry_entry, check_contents, current_manifests,
+    finish, fresh_snapshot_id, manifest_writer, with_sort_order,
 };
 
 /// Summary key carrying a rewrite's unique id (found again after an unknown outcome).
@@ -210,6 +210,15 @@ pub async fn prepare_rewrite(
         },
         Operation::Replace,
         properties,
+        &Change {
+            added: FileCounts::of(&rewrite.added_data_files),
+            removed: FileCounts::of(
+                rewrite
+                    .removed_data_files
+                    .iter()
+                    .chain(&rewrite.removed_delete_files),
+            ),
+        },
     )
     .await
 }

@@ -200,6 +200,93 @@ fn now_ms() -> i64 {
         .unwrap_or_default()
 }
 
+/// What a snapshot adds to or removes from a table, file by file: the `total-*` summary
+/// properties move by these.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FileCounts {
+    data_files: u64,
+    records: u64,
+    delete_files: u64,
+    position_deletes: u64,
+    equality_deletes: u64,
+    files_size: u64,
+}
+
+impl FileCounts {
+    /// The counts of `files`.
+    pub(crate) fn of<'a>(files: impl IntoIterator<Item = &'a DataFile>) -> Self {
+        let mut counts = Self::default();
+        for file in files {
+            counts.add(file);
+        }
+        counts
+    }
+
+    /// Counts one more file.
+    pub(crate) fn add(&mut self, file: &DataFile) {
+        let rows = file.record_count();
+        match file.content_type() {
+            DataContentType::Data => {
+                self.data_files += 1;
+                self.records += rows;
+            }
+            DataContentType::PositionDeletes => {
+                self.delete_files += 1;
+                self.position_deletes += rows;
+            }
+            DataContentType::EqualityDeletes => {
+                self.delete_files += 1;
+                self.equality_deletes += rows;
+            }
+        }
+        self.files_size += file.file_size_in_bytes();
+    }
+
+    fn by_key(&self) -> [(&'static str, u64); 6] {
+        [
+            ("total-data-files", self.data_files),
+            ("total-records", self.records),
+            ("total-delete-files", self.delete_files),
+            ("total-position-deletes", self.position_deletes),
+            ("total-equality-deletes", self.equality_deletes),
+            ("total-files-size", self.files_size),
+        ]
+    }
+}
+
+/// What a snapshot does to the table's live files, for its `total-*` summary properties.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Change {
+    pub(crate) added: FileCounts,
+    pub(crate) removed: FileCounts,
+}
+
+/// The `total-*` properties of a snapshot making `change` on top of `parent`, as Iceberg Java
+/// keeps them: the parent's totals moved by what was added and removed; on an empty table
+/// (no parent) what was added; a total the parent does not carry (an older writer left it
+/// out) stays unknown, and is left out again.
+fn totals(parent: Option<&Snapshot>, change: &Change) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let (added, removed) = (change.added.by_key(), change.removed.by_key());
+    for ((key, plus), (_, minus)) in added.into_iter().zip(removed) {
+        let base = match parent {
+            None => Some(0),
+            Some(p) => p
+                .summary()
+                .additional_properties
+                .get(key)
+                .and_then(|v| v.parse::<u64>().ok()),
+        };
+        if let Some(base) = base {
+            out.insert(
+                key.to_string(),
+                (base + plus).saturating_sub(minus).to_string(),
+            );
+        }
+    }
+    out
+}
+
 /// Summary counters in the form Java and PyIceberg write them.
 fn counters(delta: &Delta) -> HashMap<String, String> {
     let mut out = HashMap::new();
@@ -348,6 +435,7 @@ async fn prepare_snapshot(table: &LoadedTable, delta: &Delta) -> LakeResult<Prep
         .await?
         .into_iter()
         .filter(|m| !holds_no_live_file(m));
+    let mut removed = FileCounts::default();
     if delta.truncate {
         // Every live file of the base leaves the table: each manifest is rewritten with its
         // live entries marked DELETED (later snapshots drop the manifest).
@@ -368,6 +456,7 @@ async fn prepare_snapshot(table: &LoadedTable, delta: &Delta) -> LakeResult<Prep
             let mut writer = manifest_writer(table, &path, snapshot_id, spec, deletes)?;
             for entry in manifest.load_manifest(&table.io).await?.entries() {
                 if entry.is_alive() {
+                    removed.add(entry.data_file());
                     carry_entry(&mut writer, entry, spec.spec_id(), true)?;
                 }
             }
@@ -386,6 +475,10 @@ async fn prepare_snapshot(table: &LoadedTable, delta: &Delta) -> LakeResult<Prep
     };
     let mut properties = counters(delta);
     properties.extend(delta.properties.clone());
+    let change = Change {
+        added: FileCounts::of(delta.data_files.iter().chain(&delta.delete_files)),
+        removed,
+    };
     finish(
         table,
         Planned {
@@ -397,6 +490,7 @@ async fn prepare_snapshot(table: &LoadedTable, delta: &Delta) -> LakeResult<Prep
         },
         operation,
         properties,
+        &change,
     )
     .await
 }
@@ -411,12 +505,14 @@ pub(crate) struct Planned {
 }
 
 /// Writes the manifest list and builds the commit: `main` moves from its current head to the
-/// new snapshot, asserting the table UUID and that head.
+/// new snapshot, asserting the table UUID and that head. The summary gets `properties` and the
+/// `total-*` counts after `change`.
 pub(crate) async fn finish(
     table: &LoadedTable,
     planned: Planned,
     operation: Operation,
-    properties: HashMap<String, String>,
+    mut properties: HashMap<String, String>,
+    change: &Change,
 ) -> LakeResult<PreparedSnapshot> {
     let metadata = &table.metadata;
     let Planned {
@@ -426,7 +522,9 @@ pub(crate) async fn finish(
         manifests,
         mut written,
     } = planned;
-    let parent = metadata.snapshot_for_ref("main").map(|s| s.snapshot_id());
+    let head = metadata.snapshot_for_ref("main");
+    properties.extend(totals(head.map(|s| s.as_ref()), change));
+    let parent = head.map(|s| s.snapshot_id());
     let metadata_dir = format!("{}/metadata", metadata.location().trim_end_matches('/'));
     let list_path = format!("{metadata_dir}/snap-{snapshot_id}-1-{commit_uuid}.avro");
     let mut list = ManifestListWriter::v2(

@@ -16,7 +16,10 @@ mod support;
 
 use floe_lake::marker::{CommitMarker, newest_marker};
 use floe_lake::snapshot::Delta;
-use support::{check, commit, create_table, position_delete, write_data, write_equality_deletes};
+use support::{
+    check, commit, create_table, live_totals, position_delete, summary_totals, write_data,
+    write_equality_deletes,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_conformance_scenario() {
@@ -161,6 +164,11 @@ async fn delete_conformance_scenario() {
         )
         .await;
         check(&table, s3, &[(8, 4.0)], "s6 truncate + insert").await;
+        assert_eq!(
+            summary_totals(&table),
+            live_totals(&table).await,
+            "s6: the truncate's total-* properties count what is left"
+        );
 
         // s7: rows copied from a database (9, 10) and a change of 9 before the checkpoint: the
         // copied rows go first, in a snapshot of their own, so the change's equality delete —

@@ -1,6 +1,7 @@
 //! Property test: random sequences of appends, upserts, deletes by key and by position, full
 //! rewrites and manifest rewrites against an in-memory model of the table. After every commit
-//! our scan equals the model; at the end DuckDB agrees. Seeds are fixed so a failure replays;
+//! our scan equals the model and the snapshot's `total-*` summary counts its live files; at
+//! the end DuckDB agrees. Seeds are fixed so a failure replays;
 //! `FLOE_MODEL_SEEDS` runs more.
 
 mod support;
@@ -17,8 +18,8 @@ use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use support::common::{Harness, backends};
 use support::{
-    check, commit, create_table, plan_full_rewrite, position_delete, scan, write_data,
-    write_equality_deletes,
+    check, commit, create_table, live_totals, plan_full_rewrite, position_delete, scan,
+    summary_totals, write_data, write_equality_deletes,
 };
 
 /// The model: live id → amount, and the files holding each id's live row.
@@ -164,6 +165,13 @@ async fn run(seed: u64, steps: usize) {
             model.expected(),
             "seed {seed} step {step} ({what})"
         );
+        if table.metadata.current_snapshot().is_some() {
+            assert_eq!(
+                summary_totals(&table),
+                live_totals(&table).await,
+                "seed {seed} step {step} ({what}): the snapshot's total-* properties"
+            );
+        }
     }
     let table = client.load_table(&ident).await.unwrap();
     check(

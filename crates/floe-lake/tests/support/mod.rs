@@ -6,7 +6,7 @@
 #[path = "../../../../catalog/tests/common/mod.rs"]
 pub mod common;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow_array::{
@@ -382,6 +382,52 @@ pub async fn live_files(table: &LoadedTable) -> (Vec<DataFile>, Vec<DataFile>) {
         }
     }
     (data, deletes)
+}
+
+/// The `total-*` properties of the current snapshot's summary.
+pub fn summary_totals(table: &LoadedTable) -> BTreeMap<String, u64> {
+    let snapshot = table.metadata.current_snapshot().expect("a snapshot");
+    snapshot
+        .summary()
+        .additional_properties
+        .iter()
+        .filter(|(k, _)| k.starts_with("total-"))
+        .map(|(k, v)| (k.clone(), v.parse().unwrap()))
+        .collect()
+}
+
+/// What the `total-*` properties must say: the live files of the current snapshot, counted.
+pub async fn live_totals(table: &LoadedTable) -> BTreeMap<String, u64> {
+    let (data, deletes) = live_files(table).await;
+    let rows = |files: &[DataFile], content: DataContentType| -> u64 {
+        files
+            .iter()
+            .filter(|f| f.content_type() == content)
+            .map(DataFile::record_count)
+            .sum()
+    };
+    let size: u64 = data
+        .iter()
+        .chain(&deletes)
+        .map(DataFile::file_size_in_bytes)
+        .sum();
+    [
+        ("total-data-files", data.len() as u64),
+        ("total-records", rows(&data, DataContentType::Data)),
+        ("total-delete-files", deletes.len() as u64),
+        (
+            "total-position-deletes",
+            rows(&deletes, DataContentType::PositionDeletes),
+        ),
+        (
+            "total-equality-deletes",
+            rows(&deletes, DataContentType::EqualityDeletes),
+        ),
+        ("total-files-size", size),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 /// Appends ids `first..` in `commits` separate commits of `per_commit` rows each (small files,
