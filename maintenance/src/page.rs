@@ -8,12 +8,13 @@
 //! HTML from [`floe_process::html`]: no script, nothing from another host, data escaped.
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use floe_process::html::{head, number, seconds, series, sum, table, tiles, utc};
+use floe_process::html::{
+    head, number, push_latest, seconds, series, status_line, sum, table, tiles, utc,
+};
 use prometheus::proto::MetricFamily;
 
 use crate::state::now_ms;
@@ -84,11 +85,7 @@ impl DaemonPage {
 
     /// A run ended.
     pub fn run(&self, row: RunRow) {
-        let mut s = self.state();
-        if s.runs.len() == KEEP {
-            s.runs.pop_front();
-        }
-        s.runs.push_back(row);
+        push_latest(&mut self.state().runs, KEEP, row);
     }
 
     /// The page, with the metrics `families` gathered now.
@@ -96,13 +93,10 @@ impl DaemonPage {
         let s = self.state();
         let mut out = String::with_capacity(16 << 10);
         head(&mut out, &format!("floe-maintenance {}", s.daemon));
-        let _ = write!(
-            out,
-            "<p>{} · up {} · <a href=\"/metrics\">/metrics</a></p>",
+        status_line(
+            &mut out,
             if ready { "scheduling" } else { "starting" },
-            seconds(Duration::from_millis(
-                (now_ms() - s.started_ms).max(0) as u64
-            )),
+            s.started_ms,
         );
         // Runs by outcome, summed over the tasks.
         let by_outcome = |outcome: &str| -> f64 {

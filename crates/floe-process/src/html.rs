@@ -44,6 +44,28 @@ pub fn head(out: &mut String, title: &str) {
     );
 }
 
+/// The line under a page's title: what the process does now, how long it has been up (from
+/// `started_ms`, ms since the epoch) and the link to its metrics.
+pub fn status_line(out: &mut String, doing: &str, started_ms: i64) {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let _ = write!(
+        out,
+        "<p>{} · up {} · <a href=\"/metrics\">/metrics</a></p>",
+        escape(doing),
+        seconds(Duration::from_millis((now_ms - started_ms).max(0) as u64)),
+    );
+}
+
+/// Appends `item` to the latest `keep` a page lists, dropping the oldest when full.
+pub fn push_latest<T>(latest: &mut std::collections::VecDeque<T>, keep: usize, item: T) {
+    if latest.len() == keep {
+        latest.pop_front();
+    }
+    latest.push_back(item);
+}
+
 /// Headline numbers, each a value over its name.
 pub fn tiles(out: &mut String, items: &[(&str, String)]) {
     out.push_str("<div class=\"tiles\">");

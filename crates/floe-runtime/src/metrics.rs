@@ -269,6 +269,33 @@ impl JobMetrics {
         m
     }
 
+    /// Lists checkpoint `id` (0 for one that never committed), which just ended with
+    /// `outcome`, on the status page, stamped with the time and the writer's clocks;
+    /// `positions` are the committed ones after it (none when it was dropped).
+    pub fn show_checkpoint(
+        &self,
+        id: u64,
+        (took, commit_took): (std::time::Duration, std::time::Duration),
+        rows: u64,
+        outcome: String,
+        positions: Option<&std::collections::BTreeMap<String, String>>,
+    ) {
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let row = crate::page::CheckpointRow {
+            id,
+            at_ms,
+            took,
+            commit_took,
+            rows,
+            outcome,
+            writer_busy: self.writer_busy.get(),
+            writer_backpressure: self.writer_backpressure.get(),
+        };
+        self.page.checkpoint(row, positions);
+    }
+
     /// The text exposition format.
     pub fn render(&self) -> String {
         floe_process::render(&self.registry)

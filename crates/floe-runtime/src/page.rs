@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use floe_process::html::{
-    bytes, clock, escape, head, labelled, number, seconds, series, sum, table, tiles,
+    bytes, clock, escape, head, labelled, number, push_latest, seconds, series, status_line, sum,
+    table, tiles,
 };
 use prometheus::proto::MetricFamily;
 
@@ -107,27 +108,21 @@ impl JobPage {
         if let Some(positions) = positions {
             s.positions = positions.clone();
         }
-        if s.checkpoints.len() == KEEP {
-            s.checkpoints.pop_front();
-        }
-        s.checkpoints.push_back(row);
+        push_latest(&mut s.checkpoints, KEEP, row);
     }
 
     /// A record became a dead letter.
     pub fn dead_letter(&self, letter: &DeadLetter) {
         let source = format!("{}/{}@{}", letter.topic, letter.partition, letter.offset);
         let reason = &letter.reason;
-        let mut s = self.state();
-        if s.dead_letters.len() == KEEP {
-            s.dead_letters.pop_front();
-        }
         // A reason quotes the record at most this far.
         let reason: String = reason.chars().take(500).collect();
-        s.dead_letters.push_back(DeadLetterRow {
+        let row = DeadLetterRow {
             at_ms: now_ms(),
             source,
             reason,
-        });
+        };
+        push_latest(&mut self.state().dead_letters, KEEP, row);
     }
 
     /// The page, with the metrics `families` gathered now.
@@ -136,13 +131,10 @@ impl JobPage {
         let mut out = String::with_capacity(16 << 10);
         let title = format!("floe run {}", s.job);
         head(&mut out, &title);
-        let _ = write!(
-            out,
-            "<p>{} · up {} · <a href=\"/metrics\">/metrics</a></p>",
+        status_line(
+            &mut out,
             if ready { "reading" } else { "recovering" },
-            seconds(Duration::from_millis(
-                (now_ms() - s.started_ms).max(0) as u64
-            )),
+            s.started_ms,
         );
         let total = |name: &str| sum(families, name);
         // A writer clock's share of the time between the last two checkpoints.
@@ -377,18 +369,20 @@ mod tests {
     #[test]
     fn the_page_keeps_the_latest_checkpoints_and_the_writer_shares_between_them() {
         let page = JobPage::default();
+        // Checkpoint `id`, ended at `at_ms`, whose writer has worked half a second and waited a
+        // quarter more than at the one before.
+        let row = |id: u64, at_ms: i64| CheckpointRow {
+            id,
+            at_ms,
+            took: Duration::from_millis(10),
+            commit_took: Duration::from_millis(5),
+            rows: 1,
+            outcome: "committed".into(),
+            writer_busy: id as f64 * 0.5,
+            writer_backpressure: id as f64 * 0.25,
+        };
         for id in 0..(KEEP as u64 + 5) {
-            let row = CheckpointRow {
-                id,
-                at_ms: 0,
-                took: Duration::from_millis(10),
-                commit_took: Duration::from_millis(5),
-                rows: 1,
-                outcome: "committed".into(),
-                writer_busy: id as f64 * 0.5,
-                writer_backpressure: id as f64 * 0.25,
-            };
-            page.checkpoint(row, None);
+            page.checkpoint(row(id, 0), None);
         }
         {
             let state = page.state();
@@ -398,19 +392,7 @@ mod tests {
         // Checkpoints 1 s apart whose writer worked half of it and waited a quarter.
         let spaced = JobPage::default();
         for id in 0..3u64 {
-            spaced.checkpoint(
-                CheckpointRow {
-                    id,
-                    at_ms: id as i64 * 1000,
-                    took: Duration::from_millis(10),
-                    commit_took: Duration::from_millis(5),
-                    rows: 1,
-                    outcome: "committed".into(),
-                    writer_busy: id as f64 * 0.5,
-                    writer_backpressure: id as f64 * 0.25,
-                },
-                None,
-            );
+            spaced.checkpoint(row(id, id as i64 * 1000), None);
         }
         let html = spaced.render(&[], true);
         assert!(html.contains("<b>50 %</b>writer busy"), "{html}");

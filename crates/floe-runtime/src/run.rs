@@ -50,7 +50,6 @@ use crate::job::JobConfig;
 use crate::landing::Landing;
 use crate::metrics::JobMetrics;
 use crate::mirror::{MirrorSink, Mirrors};
-use crate::page::CheckpointRow;
 use crate::pipeline::Routed;
 use crate::pipeline_thread::{IN_FLIGHT, LOAD_CHUNK, PipelineThread, Reply, Sealed, Status};
 use crate::sink::{Sink, SinkInput, SinkKind, Sinks};
@@ -889,17 +888,11 @@ impl<R: Reader> Job<R> {
     async fn abort(&mut self, why: &str) {
         tracing::warn!(job = %self.config.name, why, "dropping what is not committed and seeking again");
         self.metrics.aborted_checkpoints.inc();
-        self.metrics.page.checkpoint(
-            CheckpointRow {
-                id: 0,
-                at_ms: now_us() / 1000,
-                took: Duration::ZERO,
-                commit_took: Duration::ZERO,
-                rows: 0,
-                outcome: format!("dropped: {why}"),
-                writer_busy: self.metrics.writer_busy.get(),
-                writer_backpressure: self.metrics.writer_backpressure.get(),
-            },
+        self.metrics.show_checkpoint(
+            0,
+            (Duration::ZERO, Duration::ZERO),
+            0,
+            format!("dropped: {why}"),
             None,
         );
         let mut dropped = ReadOut::default();
@@ -1039,17 +1032,11 @@ impl<R: Reader> Job<R> {
                     self.metrics.lag.with_label_values(&[&partition]).set(lag);
                 }
                 self.summary.checkpoints += 1;
-                self.metrics.page.checkpoint(
-                    CheckpointRow {
-                        id: committed.id,
-                        at_ms: now_us() / 1000,
-                        took: committed.took,
-                        commit_took: committed.commit_took,
-                        rows: committed.rows.iter().map(|(_, n)| n).sum(),
-                        outcome: "committed".into(),
-                        writer_busy: self.metrics.writer_busy.get(),
-                        writer_backpressure: self.metrics.writer_backpressure.get(),
-                    },
+                self.metrics.show_checkpoint(
+                    committed.id,
+                    (committed.took, committed.commit_took),
+                    committed.rows.iter().map(|(_, n)| n).sum(),
+                    "committed".into(),
                     Some(&self.start),
                 );
                 let dead_rows = committed.rows.first().map_or(0, |(_, r)| *r);
