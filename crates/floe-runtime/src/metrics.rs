@@ -36,6 +36,9 @@ pub struct JobMetrics {
     pub checkpoint_seconds: Histogram,
     /// Seconds of the catalog commit alone.
     pub commit_seconds: Histogram,
+    /// Seconds the loop stopped reading at a barrier (the previous commit, the operators and
+    /// the writers closing their files), as Flink's synchronous checkpoint part.
+    pub barrier_seconds: Histogram,
     /// Unix time of the last commit.
     pub last_commit: IntGauge,
     /// Records behind the end of each partition, as the source last reported.
@@ -135,7 +138,16 @@ impl JobMetrics {
             .expect("valid metric"),
             commit_seconds: Histogram::with_opts(
                 HistogramOpts::new("floe_commit_duration_seconds", "The catalog commit alone")
-                    .buckets(buckets),
+                    .buckets(buckets.clone()),
+            )
+            .expect("valid metric"),
+            barrier_seconds: Histogram::with_opts(
+                HistogramOpts::new(
+                    "floe_checkpoint_barrier_seconds",
+                    "Reading paused at a barrier: the previous commit, the operators and the \
+                     writers closing their files",
+                )
+                .buckets(buckets),
             )
             .expect("valid metric"),
             last_commit: IntGauge::new(
@@ -248,6 +260,7 @@ impl JobMetrics {
             Box::new(m.mirror_errors.clone()),
             Box::new(m.checkpoint_seconds.clone()),
             Box::new(m.commit_seconds.clone()),
+            Box::new(m.barrier_seconds.clone()),
             Box::new(m.last_commit.clone()),
             Box::new(m.lag.clone()),
             Box::new(m.source_status.clone()),

@@ -914,6 +914,7 @@ impl<R: Reader> Job<R> {
     /// The barrier: closes the files of everything read so far and starts committing them as
     /// one checkpoint, after the previous checkpoint's commit has settled.
     async fn checkpoint(&mut self) -> LakeResult<()> {
+        let paused = Instant::now();
         if self.settle().await? {
             // The previous checkpoint was fenced: everything after it was dropped.
             return Ok(());
@@ -925,6 +926,7 @@ impl<R: Reader> Job<R> {
         // Everything read before the barrier lands before it (the replies come in order).
         self.pipeline.barrier()?;
         self.pump(0).await?;
+        let operators_done = Instant::now();
         let Sealed { epoch, status } = self
             .sealed
             .take()
@@ -950,6 +952,7 @@ impl<R: Reader> Job<R> {
         };
         self.sinks.write(inputs).await?;
         let closings = self.sinks.close().await?;
+        let writers_done = Instant::now();
         let held = self.held_partitions();
         // The checkpoint's exchange records — and its sources' clocks — are in their topics
         // before it commits.
@@ -1002,6 +1005,18 @@ impl<R: Reader> Job<R> {
             forgotten: self.options.stop_following.clone(),
             force,
         });
+        let done = Instant::now();
+        self.metrics
+            .barrier_seconds
+            .observe((done - paused).as_secs_f64());
+        tracing::debug!(
+            job = %self.config.name,
+            settle_ms = (began - paused).as_millis() as u64,
+            operators_ms = (operators_done - began).as_millis() as u64,
+            writers_ms = (writers_done - operators_done).as_millis() as u64,
+            exchange_ms = (done - writers_done).as_millis() as u64,
+            "barrier: reading paused"
+        );
         Ok(())
     }
 

@@ -14,8 +14,10 @@
 //!   snapshot of their own ([`SinkOutput::first_data_files`]), so that the changes' equality
 //!   deletes reach them. A truncate drops the copied files written before it.
 //!
-//! At a barrier the loop asks for every sink's output ([`Sinks::close`]); a dropped checkpoint
-//! deletes its files ([`Sinks::abort`]). A write error is kept and returned by the next close.
+//! At a barrier the loop asks for every sink's output ([`Sinks::close`]): each sink hands its
+//! open files (and collapsed changes) to a task that finishes them, and the committer waits
+//! for those tasks — the loop reads on meanwhile. A dropped checkpoint deletes its files
+//! ([`Sinks::abort`]). A write error is kept and returned by the next close.
 //!
 //! Two clocks say which side waits: the task adds the time it works on a command to `busy`,
 //! and [`Sinks::write`] adds the time it waited for room in the queue to `backpressure`.
@@ -145,6 +147,9 @@ impl Sink {
         {
             return upsert.apply(batch);
         }
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
         let batch = conform(batch, &self.arrow)?;
         let writer = match &mut self.writer {
             Some(w) => w,
@@ -181,36 +186,46 @@ impl Sink {
         Ok(())
     }
 
-    async fn close(&mut self) -> LakeResult<Closing> {
-        let mut data_files = std::mem::take(&mut self.written);
-        if let Some(writer) = self.writer.take() {
-            data_files.extend(writer.close().await?);
-        }
+    /// The barrier: hands the open files and the collapsed changes to a task that finishes
+    /// them, so that the next checkpoint's rows flow meanwhile (the committer waits for it).
+    fn close(&mut self) -> LakeResult<Closing> {
+        let written = std::mem::take(&mut self.written);
+        let writer = self.writer.take();
         let rows = std::mem::take(&mut self.rows);
-        let Some(upsert) = &mut self.upsert else {
-            return Ok(Closing::Ready(SinkOutput {
-                data_files,
-                rows,
-                ..Default::default()
-            }));
+        let collapsed = match &mut self.upsert {
+            Some(upsert) if !upsert.is_empty() => {
+                // Collapse now (the buffer is needed empty for the next checkpoint).
+                let key: Vec<String> = upsert.key().to_vec();
+                let key_refs: Vec<&str> = key.iter().map(String::as_str).collect();
+                let (_, delete_input) = equality_delete_input(&self.table, &key_refs)?;
+                let delete_schema = arrow_schema(&delete_input)?;
+                let copied = !written.is_empty() || writer.is_some();
+                Some((key, upsert.finish(&self.arrow, &delete_schema, copied)?))
+            }
+            _ => None,
         };
-        if upsert.is_empty() {
+        if writer.is_none() && collapsed.is_none() {
             return Ok(Closing::Ready(SinkOutput {
-                data_files,
+                data_files: written,
                 rows,
                 ..Default::default()
             }));
         }
-        // Collapse now (the buffer is needed empty for the next checkpoint), encode on a task.
-        let key: Vec<String> = upsert.key().to_vec();
-        let key_refs: Vec<&str> = key.iter().map(String::as_str).collect();
-        let (_, delete_input) = equality_delete_input(&self.table, &key_refs)?;
-        let delete_schema = arrow_schema(&delete_input)?;
-        let collapsed = upsert.finish(&self.arrow, &delete_schema, !data_files.is_empty())?;
         let (table, options) = (self.table.clone(), self.options.clone());
         Ok(Closing::Encoding(tokio::spawn(async move {
+            let mut streamed = written;
+            if let Some(writer) = writer {
+                streamed.extend(writer.close().await?);
+            }
+            let Some((key, collapsed)) = collapsed else {
+                return Ok(SinkOutput {
+                    data_files: streamed,
+                    rows,
+                    ..Default::default()
+                });
+            };
             let mut output = SinkOutput {
-                first_data_files: data_files,
+                first_data_files: streamed,
                 rows,
                 truncate: collapsed.truncate,
                 ..Default::default()
@@ -387,7 +402,7 @@ async fn serve(mut commands: mpsc::Receiver<Command>, busy: prometheus::Counter)
                         let mut out = Vec::with_capacity(sinks.len());
                         let mut error = None;
                         for sink in &mut sinks {
-                            match sink.close().await {
+                            match sink.close() {
                                 Ok(closing) => out.push(closing),
                                 Err(e) => {
                                     error = Some(e);

@@ -4,11 +4,14 @@
 //! recipe's sinks when `FLOE_TEST_PROMETHEUS_URL` is set), the release
 //! `floe` and `floe-catalog` (`cargo build --release -p floe -p floe-catalog`), on the same
 //! produced spans (two partitions, 10 s checkpoints, each job in its own namespace and
-//! consumer group), each job timed from its start until its committed positions reach the end
-//! of the input — the rate it sustains, `spans/s` — and until they reach the end of every
-//! exchange topic it writes too (`drained/s`: that plus about one checkpoint interval, since
-//! the clock records a checkpoint sends through the exchange at its barrier are committed by
-//! the reading side in the next checkpoint):
+//! consumer group), each job timed from a tenth of the input read to nine tenths (its
+//! `/metrics`) — the rate it sustains, `steady/s`, barrier pauses included —, from its start
+//! until it has read the whole input (`read/s`, start-up included), until its
+//! committed positions reach the end of the input (`spans/s`: up to one checkpoint interval
+//! more), and until they reach the end of every exchange topic it writes too (`drained/s`:
+//! about one interval more again, since the clock records a checkpoint sends through the
+//! exchange at its barrier are committed by the reading side in the next checkpoint).
+//! `paused` is the seconds its loop stopped reading at barriers:
 //!
 //! * (a) the OTLP job landing spans, no operators — the baseline;
 //! * (b) the shipped RED recipe, `jobs/otlp-red.toml` as users run it: spans landed, RED per
@@ -203,24 +206,52 @@ service:
 
 /// What one run of a job took.
 struct Run {
-    /// Until the input's positions were committed: the rate the job sustains.
+    /// From a tenth of the input read to nine tenths: the rate the job sustains, start-up
+    /// and the last checkpoint left out, barrier pauses in.
+    steady_seconds: f64,
+    /// Until the job had read every byte of the input (its `floe_source_bytes_total`): the
+    /// rate it consumes at, barrier pauses included, the last checkpoint's wait not.
+    read_seconds: f64,
+    /// Until the input's positions were committed: that plus up to one checkpoint interval.
     input_seconds: f64,
     /// Until the exchanges were drained too: that rate, and the last checkpoint's latency.
     seconds: f64,
     cpu: f64,
     rss: f64,
+    /// Seconds the job's loop stopped reading at barriers (`floe_checkpoint_barrier_seconds`).
+    paused: f64,
 }
 
 impl Run {
     fn row(&self, label: &str, spans: usize) {
         println!(
-            "{label:<62} {:>10.0} {:>10.0} {:>12.0} {:>9.0}",
+            "{label:<62} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>12.0} {:>9.0} {:>7.1}",
+            0.8 * spans as f64 / self.steady_seconds,
+            spans as f64 / self.read_seconds,
             spans as f64 / self.input_seconds,
             spans as f64 / self.seconds,
             spans as f64 / self.cpu.max(0.01),
-            self.rss
+            self.rss,
+            self.paused
         );
     }
+}
+
+/// The value of the series `series` (name and labels, as exposed) on the `/metrics` of the
+/// job listening on `port`; `None` while it does not answer or has no such series.
+async fn scrape(http: &reqwest::Client, port: u16, series: &str) -> Option<f64> {
+    let text = http
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines().find_map(|line| {
+        let (name, value) = line.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok())?
+    })
 }
 
 /// Part of shipped job `file`: from its `from` section to its `until` section (or the end)
@@ -284,6 +315,8 @@ impl Only {
 
 struct Bench {
     client: CatalogClient,
+    /// Payload bytes of the input.
+    input_bytes: f64,
     dir: PathBuf,
     brokers: String,
     topic: String,
@@ -298,13 +331,14 @@ impl Bench {
     /// each of `exchanges` (set in its environment as the topics' variables, in the order
     /// they are fed), then stops it.
     async fn run(&self, name: &str, extra: &str, exchanges: &[(&str, String)]) -> Run {
+        let port = common::free_port();
         let job = spans_job_file(
             &self.dir,
             name,
             name,
             (&self.brokers, &self.topic),
             &self.uri,
-            extra,
+            &format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n{extra}"),
         );
         let log = self.dir.join(format!("{name}.log"));
         let env: Vec<(&str, &str)> = exchanges
@@ -314,8 +348,31 @@ impl Bench {
             .collect();
         let began = Instant::now();
         let floe = spawn_release_floe(&job, &log, &env);
+        let http = reqwest::Client::new();
+        let read_series = format!("floe_source_bytes_total{{topic=\"{}\"}}", self.topic);
+        // When a tenth, nine tenths and all of the input had been read.
+        let read = async {
+            let mut marks = [None, None];
+            loop {
+                let bytes = scrape(&http, port, &read_series).await.unwrap_or(0.0);
+                let at = began.elapsed().as_secs_f64();
+                for (mark, share) in marks.iter_mut().zip([0.1, 0.9]) {
+                    if mark.is_none() && bytes >= share * self.input_bytes {
+                        *mark = Some(at);
+                    }
+                }
+                if bytes >= self.input_bytes {
+                    let [Some(tenth), Some(nine)] = marks else {
+                        unreachable!("set above")
+                    };
+                    return (at, nine - tenth);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        };
         let ends: Vec<i64> = self.ends.values().copied().collect();
-        wait_committed(&self.client, name, name, &self.topic, &ends).await;
+        let committed = wait_committed(&self.client, name, name, &self.topic, &ends);
+        let ((read_seconds, steady_seconds), ()) = tokio::join!(read, committed);
         let input_seconds = began.elapsed().as_secs_f64();
         for (_, exchange) in exchanges {
             let watched = ExchangeJob {
@@ -329,11 +386,15 @@ impl Bench {
             };
             wait_through_exchange(&self.client, &watched).await;
         }
+        let paused = scrape(&http, port, "floe_checkpoint_barrier_seconds_sum").await;
         let run = Run {
+            steady_seconds,
+            read_seconds,
             input_seconds,
             seconds: began.elapsed().as_secs_f64(),
             cpu: cpu_seconds(floe.id()),
             rss: peak_rss_mib(floe.id()),
+            paused: paused.unwrap_or(0.0),
         };
         terminate(floe);
         run
@@ -390,10 +451,13 @@ async fn collector(
             .unwrap_or(0.0),
     });
     let run = Run {
+        steady_seconds: seconds * 0.8,
+        read_seconds: seconds,
         input_seconds: seconds,
         seconds,
         cpu: cpu_seconds(pid) - cpu_before,
         rss: peak_rss_mib(pid),
+        paused: 0.0,
     };
     collector.stop();
     Some((run, sampled))
@@ -420,6 +484,7 @@ async fn main() {
     let catalog = start_catalog(&dir);
     let bench = Bench {
         client: connect(&catalog).await,
+        input_bytes: payloads.iter().map(|p| p.len() as f64).sum(),
         ends: topic_ends(&brokers, &topic),
         dir: dir.clone(),
         brokers: brokers.clone(),
@@ -555,8 +620,8 @@ async fn main() {
     }
 
     println!(
-        "\n{:<62} {:>10} {:>10} {:>12} {:>9}",
-        "job", "spans/s", "drained/s", "spans/cpu-s", "RSS MiB"
+        "\n{:<62} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>7}",
+        "job", "steady/s", "read/s", "spans/s", "drained/s", "spans/cpu-s", "RSS MiB", "paused"
     );
     let rows = [
         (&plain, "(a) OTLP job, spans landed, no operators"),
@@ -616,9 +681,13 @@ async fn main() {
     }
     if let (Some(plain), Some(recipe)) = (&plain, &recipe) {
         println!(
-            "(b)/(a) = {:.2} sustained (target ≥ 0.50), {:.2} drained",
+            "(b)/(a) = {:.2} steady (target ≥ 0.50), {:.2} read, {:.2} committed, {:.2} drained, \
+             {:.2} per CPU-second",
+            plain.steady_seconds / recipe.steady_seconds,
+            plain.read_seconds / recipe.read_seconds,
             plain.input_seconds / recipe.input_seconds,
             plain.seconds / recipe.seconds,
+            plain.cpu / recipe.cpu.max(0.01),
         );
     }
     if let (Some(plain), Some(sampling)) = (&plain, &sampling) {
