@@ -19,8 +19,9 @@
 //! for those tasks — the loop reads on meanwhile. A dropped checkpoint deletes its files
 //! ([`Sinks::abort`]). A write error is kept and returned by the next close.
 //!
-//! Two clocks say which side waits: the task adds the time it works on a command to `busy`,
-//! and [`Sinks::write`] adds the time it waited for room in the queue to `backpressure`.
+//! Two clocks say which side waits: the task adds the time it works on a command (and the
+//! finishing tasks theirs) to `busy`, and [`Sinks::write`] adds the time it waited for room
+//! in the queue to `backpressure`.
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
@@ -31,7 +32,7 @@ use floe_lake::{ErrorKind, LakeError, LakeResult};
 use iceberg::spec::DataFile;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::upsert::{UpsertBuffer, is_changelog};
+use crate::upsert::{Collapsed, UpsertBuffer, is_changelog};
 
 /// Commands waiting for the writer task.
 const QUEUE: usize = 2;
@@ -187,8 +188,9 @@ impl Sink {
     }
 
     /// The barrier: hands the open files and the collapsed changes to a task that finishes
-    /// them, so that the next checkpoint's rows flow meanwhile (the committer waits for it).
-    fn close(&mut self) -> LakeResult<Closing> {
+    /// them, so that the next checkpoint's rows flow meanwhile (the committer waits for it);
+    /// the task adds its working time to `busy`.
+    fn close(&mut self, busy: &prometheus::Counter) -> LakeResult<Closing> {
         let written = std::mem::take(&mut self.written);
         let writer = self.writer.take();
         let rows = std::mem::take(&mut self.rows);
@@ -211,40 +213,12 @@ impl Sink {
                 ..Default::default()
             }));
         }
-        let (table, options) = (self.table.clone(), self.options.clone());
+        let (table, options, busy) = (self.table.clone(), self.options.clone(), busy.clone());
         Ok(Closing::Encoding(tokio::spawn(async move {
-            let mut streamed = written;
-            if let Some(writer) = writer {
-                streamed.extend(writer.close().await?);
-            }
-            let Some((key, collapsed)) = collapsed else {
-                return Ok(SinkOutput {
-                    data_files: streamed,
-                    rows,
-                    ..Default::default()
-                });
-            };
-            let mut output = SinkOutput {
-                first_data_files: streamed,
-                rows,
-                truncate: collapsed.truncate,
-                ..Default::default()
-            };
-            if let Some(deletes) = collapsed.deletes {
-                let key_refs: Vec<&str> = key.iter().map(String::as_str).collect();
-                let mut writer = EqualityDeleteWriter::equality(&table, &options, &key_refs)?;
-                writer.write(&deletes).await?;
-                output.delete_files = writer.close().await?;
-            }
-            if !collapsed.rows.is_empty() {
-                let mut writer = DataWriter::data(&table, &options)?;
-                for rows in &collapsed.rows {
-                    output.rows += rows.num_rows() as u64;
-                    writer.write(rows).await?;
-                }
-                output.data_files.extend(writer.close().await?);
-            }
-            Ok(output)
+            let working = std::time::Instant::now();
+            let output = finish(writer, written, rows, collapsed, &table, &options).await;
+            busy.inc_by(working.elapsed().as_secs_f64());
+            output
         })))
     }
 
@@ -269,6 +243,50 @@ impl Sink {
             let _ = self.table.io.delete(file.file_path()).await;
         }
     }
+}
+
+/// Finishes a sink's files of one checkpoint: the rows streamed to `writer` (after the
+/// files already `written`), then the upsert buffer's `collapsed` changes.
+async fn finish(
+    writer: Option<DataWriter>,
+    written: Vec<DataFile>,
+    rows: u64,
+    collapsed: Option<(Vec<String>, Collapsed)>,
+    table: &LoadedTable,
+    options: &WriterOptions,
+) -> LakeResult<SinkOutput> {
+    let mut streamed = written;
+    if let Some(writer) = writer {
+        streamed.extend(writer.close().await?);
+    }
+    let Some((key, collapsed)) = collapsed else {
+        return Ok(SinkOutput {
+            data_files: streamed,
+            rows,
+            ..Default::default()
+        });
+    };
+    let mut output = SinkOutput {
+        first_data_files: streamed,
+        rows,
+        truncate: collapsed.truncate,
+        ..Default::default()
+    };
+    if let Some(deletes) = collapsed.deletes {
+        let key_refs: Vec<&str> = key.iter().map(String::as_str).collect();
+        let mut writer = EqualityDeleteWriter::equality(table, options, &key_refs)?;
+        writer.write(&deletes).await?;
+        output.delete_files = writer.close().await?;
+    }
+    if !collapsed.rows.is_empty() {
+        let mut writer = DataWriter::data(table, options)?;
+        for rows in &collapsed.rows {
+            output.rows += rows.num_rows() as u64;
+            writer.write(rows).await?;
+        }
+        output.data_files.extend(writer.close().await?);
+    }
+    Ok(output)
 }
 
 /// One input of a sink.
@@ -402,7 +420,7 @@ async fn serve(mut commands: mpsc::Receiver<Command>, busy: prometheus::Counter)
                         let mut out = Vec::with_capacity(sinks.len());
                         let mut error = None;
                         for sink in &mut sinks {
-                            match sink.close() {
+                            match sink.close(&busy) {
                                 Ok(closing) => out.push(closing),
                                 Err(e) => {
                                     error = Some(e);
