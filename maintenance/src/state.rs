@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use floe_lake::commit::{PreparedCommit, RetryPolicy, TableOperation, commit_operation};
 use floe_lake::expire::{ExpireSnapshots, expire_snapshots};
@@ -28,13 +28,7 @@ use iceberg_catalog_rest::CreateTableRequest;
 const LEASE: &str = "floe.maintenance.lease.";
 const LAST_RUN: &str = "floe.maintenance.last-run.";
 
-/// Milliseconds since the epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
+pub use floe_process::now_ms;
 
 /// A lease on one table.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -47,14 +47,13 @@ pub fn head(out: &mut String, title: &str) {
 /// The line under a page's title: what the process does now, how long it has been up (from
 /// `started_ms`, ms since the epoch) and the link to its metrics.
 pub fn status_line(out: &mut String, doing: &str, started_ms: i64) {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
     let _ = write!(
         out,
         "<p>{} · up {} · <a href=\"/metrics\">/metrics</a></p>",
         escape(doing),
-        seconds(Duration::from_millis((now_ms - started_ms).max(0) as u64)),
+        seconds(Duration::from_millis(
+            (crate::now_ms() - started_ms).max(0) as u64
+        )),
     );
 }
 

@@ -14,6 +14,13 @@ use axum::http::StatusCode;
 
 use prometheus::{Encoder, Registry, TextEncoder};
 
+/// Milliseconds since the Unix epoch (0 on a clock before it).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// Starts logging to stderr: `RUST_LOG` filters (else `default_level`); JSON lines with
 /// `json`, else text with colours only when stderr is a terminal (a file or pipe gets no
 /// escape codes).

@@ -293,12 +293,9 @@ impl JobMetrics {
         outcome: String,
         positions: Option<&std::collections::BTreeMap<String, String>>,
     ) {
-        let at_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
         let row = crate::page::CheckpointRow {
             id,
-            at_ms,
+            at_ms: floe_process::now_ms(),
             took,
             commit_took,
             rows,

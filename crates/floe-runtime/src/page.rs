@@ -12,12 +12,13 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use floe_process::html::{
     bytes, clock, escape, head, labelled, number, push_latest, seconds, series, status_line, sum,
     table, tiles,
 };
+use floe_process::now_ms;
 use prometheus::proto::MetricFamily;
 
 use floe_core::DeadLetter;
@@ -80,12 +81,6 @@ struct DeadLetterRow {
     at_ms: i64,
     source: String,
     reason: String,
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 impl JobPage {

@@ -28,9 +28,6 @@ use std::time::{Duration, Instant};
 use floe_core::position_of;
 use floe_lake::rest::CatalogClient;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
-use parquet::schema::types::ColumnPath;
 use rdkafka::ClientConfig;
 use rdkafka::Message;
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -40,7 +37,7 @@ mod common;
 
 use common::{
     committed, connect, cpu_seconds, decode_otlp, peak_rss_mib, produce_spans, release_bin,
-    spans_job_file, start_catalog,
+    spans_job_file, spans_parquet_properties, start_catalog,
 };
 
 // The allocator the `floe` binary uses, so (b) measures the same code.
@@ -127,14 +124,7 @@ async fn main() {
 
     // (b) decode + Parquet encode in memory.
     let began = Instant::now();
-    // The settings floe run writes the spans table with.
-    let mut props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap()))
-        .set_column_bloom_filter_enabled(ColumnPath::from("trace_id"), true);
-    for column in floe_otlp::OtlpTable::Spans.plain_columns() {
-        props = props.set_column_dictionary_enabled(ColumnPath::from(*column), false);
-    }
-    let props = props.build();
+    let props = spans_parquet_properties();
     let mut parquet_bytes = 0;
     let mut encode_time = Duration::ZERO;
     let mut encode = |batches: Vec<(usize, arrow_array::RecordBatch)>| {

@@ -14,17 +14,14 @@
 //! then each column of the spans table written to Parquet alone: its share of the encoding
 //! time and of the bytes. (Allocations are not counted: the workspace forbids the `unsafe`
 //! a counting allocator needs; `perf` on this bench shows where the cycles go inside a
-//! stage.) `FLOE_BENCH_SPANS` sets the
-//! volume (default 1,000,000).
+//! stage.) `FLOE_BENCH_SPANS` sets the volume (default 1,000,000).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use arrow_array::RecordBatch;
 use opentelemetry_proto::tonic::trace::v1::TracesData;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use parquet::schema::types::ColumnPath;
 use prost::Message;
 
 mod common;
@@ -38,17 +35,6 @@ fn measure<T>(work: impl FnOnce() -> T) -> (T, f64) {
     let began = Instant::now();
     let out = work();
     (out, began.elapsed().as_secs_f64())
-}
-
-/// The settings `floe run` writes the spans table with.
-fn spans_properties() -> WriterProperties {
-    let mut props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap()))
-        .set_column_bloom_filter_enabled(ColumnPath::from("trace_id"), true);
-    for column in floe_otlp::OtlpTable::Spans.plain_columns() {
-        props = props.set_column_dictionary_enabled(ColumnPath::from(*column), false);
-    }
-    props.build()
 }
 
 /// `batches` as one Parquet file in memory: its size.
@@ -103,7 +89,7 @@ fn main() {
         batches.extend(taken.into_iter().map(|(_, b)| b));
     });
 
-    let props = spans_properties();
+    let props = common::spans_parquet_properties();
     let (parquet_bytes, parquet) = measure(|| encode(&batches, &props));
 
     println!(
@@ -134,19 +120,15 @@ fn main() {
 
     // Each column alone: which ones the encoding time goes to.
     let schema = batches[0].schema();
-    let mut columns: Vec<(String, Duration, usize)> = Vec::new();
+    let mut columns: Vec<(String, f64, usize)> = Vec::new();
     for (i, field) in schema.fields().iter().enumerate() {
         let alone: Vec<RecordBatch> = batches.iter().map(|b| b.project(&[i]).unwrap()).collect();
         let (bytes, seconds) = measure(|| encode(&alone, &props));
-        columns.push((
-            field.name().clone(),
-            Duration::from_secs_f64(seconds),
-            bytes,
-        ));
+        columns.push((field.name().clone(), seconds, bytes));
     }
-    let time: f64 = columns.iter().map(|(_, d, _)| d.as_secs_f64()).sum();
+    let time: f64 = columns.iter().map(|(_, seconds, _)| seconds).sum();
     let size: usize = columns.iter().map(|(_, _, b)| b).sum();
-    columns.sort_by_key(|(_, took, _)| std::cmp::Reverse(*took));
+    columns.sort_by(|a, b| b.1.total_cmp(&a.1));
     println!(
         "\n{:<28} {:>14} {:>10} {:>12}",
         "column written alone", "share of time", "MiB", "share of MiB"
@@ -154,7 +136,7 @@ fn main() {
     for (name, took, bytes) in &columns {
         println!(
             "{name:<28} {:>13.1} % {:>10.1} {:>11.1} %",
-            100.0 * took.as_secs_f64() / time,
+            100.0 * took / time,
             *bytes as f64 / 1048576.0,
             100.0 * *bytes as f64 / size as f64
         );

@@ -450,6 +450,7 @@ async fn collector(
             .or_else(|| metric("sampling_late_span_age_seconds_count"))
             .unwrap_or(0.0),
     });
+    // Fed as fast as it takes them: its steady rate is its whole run's.
     let run = Run {
         steady_seconds: seconds * 0.8,
         read_seconds: seconds,

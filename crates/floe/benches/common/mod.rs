@@ -139,6 +139,20 @@ pub(crate) fn decode_otlp(
     sink(format.take());
 }
 
+/// The Parquet settings `floe run` writes the spans table with: zstd 1, a bloom filter on
+/// `trace_id`, no dictionary for floe-otlp's plain columns.
+pub(crate) fn spans_parquet_properties() -> parquet::file::properties::WriterProperties {
+    use parquet::schema::types::ColumnPath;
+    let level = parquet::basic::ZstdLevel::try_new(1).unwrap();
+    let mut props = parquet::file::properties::WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::ZSTD(level))
+        .set_column_bloom_filter_enabled(ColumnPath::from("trace_id"), true);
+    for column in floe_otlp::OtlpTable::Spans.plain_columns() {
+        props = props.set_column_dictionary_enabled(ColumnPath::from(*column), false);
+    }
+    props.build()
+}
+
 /// Creates `topic` with `partitions` and produces `records` OTLP traces records of
 /// `spans_per_record` spans each (the deterministic generator, seed 3), record `i` to
 /// partition `i % partitions`. Returns the payloads as produced.
